@@ -1,0 +1,104 @@
+"""ObjectStore: the few async operations the log needs from any storage, all create-only."""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+from changelog.errors import ObjectNotFoundError, PermanentStorageError
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """One stored object. `path` is relative to the store root; `etag` is the MD5 hex if known."""
+
+    path: str
+    size: int
+    etag: str | None = None
+
+
+def md5_hex(data: bytes) -> str:
+    return hashlib.md5(data, usedforsecurity=False).hexdigest()
+
+
+def check_key(path: str) -> str:
+    """Reject keys that could escape the root or alias another key; return the key unchanged."""
+    if not path or path.startswith("/") or "\\" in path or "\x00" in path:
+        raise PermanentStorageError(f"invalid storage key {path!r}", path)
+    parts = path.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        raise PermanentStorageError(f"invalid storage key {path!r}: empty, '.' or '..' part",
+                                    path)
+    return path
+
+
+def check_range(path: str, start: int, end: int | None) -> None:
+    """Reject a negative start or an end before start; `path` is named in the error."""
+    if start < 0 or (end is not None and end < start):
+        raise PermanentStorageError(f"invalid byte range [{start}, {end}) for {path!r}", path)
+
+
+def join_key(*parts: str) -> str:
+    """Join key parts with '/', ignoring empty parts and surplus slashes."""
+    return "/".join(p.strip("/") for p in parts if p and p.strip("/"))
+
+
+class ObjectStore(ABC):
+    """Keys are '/'-separated paths relative to `root_url`; writes never overwrite."""
+
+    root_url: str
+
+    @abstractmethod
+    async def put_if_absent(self, path: str, data: bytes) -> str:
+        """Create `path` with `data` unless it exists; return the MD5 hex ETag.
+
+        Raises ObjectExistsError when the name is taken, TransientStorageError when worth
+        retrying, PermanentStorageError otherwise. Never leaves a partial object visible.
+        """
+
+    @abstractmethod
+    async def get(self, path: str, start: int = 0, end: int | None = None) -> bytes:
+        """Bytes [start, end) of `path` (end None: to the end); ObjectNotFoundError if absent."""
+
+    @abstractmethod
+    async def head(self, path: str) -> ObjectInfo:
+        """Size and ETag of `path`; ObjectNotFoundError if absent."""
+
+    @abstractmethod
+    async def list(self, prefix: str = "") -> list[ObjectInfo]:
+        """Every object whose key starts with `prefix` (recursively), sorted by key."""
+
+    @abstractmethod
+    async def delete(self, path: str) -> None:
+        """Remove `path`; a missing path is not an error."""
+
+    async def delete_many(self, paths: builtins.list[str]) -> None:
+        for path in paths:
+            await self.delete(path)
+
+    async def exists(self, path: str) -> bool:
+        try:
+            await self.head(path)
+        except ObjectNotFoundError:
+            return False
+        return True
+
+    async def holds(self, path: str, data: bytes) -> bool:
+        """True when `path` exists with exactly `data` (used to accept a 412 on a hedge)."""
+        try:
+            info = await self.head(path)
+        except ObjectNotFoundError:
+            return False
+        if info.size != len(data):
+            return False
+        if info.etag is not None and "-" not in info.etag:
+            return info.etag == md5_hex(data)
+        return await self.get(path) == data
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections; the store must not be used afterwards."""
+
+    def url_of(self, path: str) -> str:
+        return self.root_url.rstrip("/") + "/" + path
