@@ -1,0 +1,74 @@
+"""Storage backends behind one URL: file://, memory://, s3:// natively, other fsspec protocols."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from urllib.parse import unquote, urlsplit
+
+import fsspec
+
+from changelog.config import ChangelogOptions
+from changelog.errors import StorageError, UnsupportedStorageError
+from changelog.storage.base import ObjectInfo, ObjectStore, check_key, join_key, md5_hex
+from changelog.storage.fsspec_store import FsspecStore
+from changelog.storage.local import LocalStore
+from changelog.storage.memory import MemoryStore
+from changelog.storage.s3 import S3Store
+
+__all__ = [
+    "FsspecStore",
+    "LocalStore",
+    "MemoryStore",
+    "ObjectInfo",
+    "ObjectStore",
+    "S3Store",
+    "check_key",
+    "join_key",
+    "md5_hex",
+    "open_storage",
+]
+
+S3_SCHEMES = ("s3", "s3a")
+_Factory = Callable[[str, str], ObjectStore]
+
+
+def open_storage(url: str, options: ChangelogOptions) -> ObjectStore:
+    """The store for `url`; an unknown scheme raises UnsupportedStorageError naming the URL."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme == "":
+        return LocalStore(url)
+    if scheme == "file":
+        if parts.netloc not in ("", "localhost"):
+            raise UnsupportedStorageError(
+                f"storage URL {url!r}: file URLs naming another host are not supported")
+        return LocalStore(unquote(parts.path))
+    if scheme == "memory":
+        return _named(url, parts.netloc, parts.path, MemoryStore)
+    if scheme in S3_SCHEMES:
+        return _named(url, parts.netloc, parts.path,
+                      lambda bucket, prefix: S3Store(bucket, prefix, options))
+    return _open_fsspec(url, scheme)
+
+
+def _named(url: str, name: str, path: str, make: _Factory) -> ObjectStore:
+    if not name:
+        raise UnsupportedStorageError(f"storage URL {url!r}: missing the name after '//'")
+    try:
+        return make(name, path.strip("/"))
+    except StorageError as exc:
+        raise UnsupportedStorageError(f"storage URL {url!r}: invalid path: {exc}") from exc
+
+
+def _open_fsspec(url: str, scheme: str) -> ObjectStore:
+    try:
+        fsspec.get_filesystem_class(scheme)
+    except (ValueError, ImportError) as exc:
+        raise UnsupportedStorageError(
+            f"storage URL {url!r}: unsupported scheme {scheme!r} ({exc})") from exc
+    try:
+        fs, root = fsspec.core.url_to_fs(url)
+    except Exception as exc:
+        raise UnsupportedStorageError(
+            f"storage URL {url!r}: cannot open the {scheme!r} file system: {exc}") from exc
+    return FsspecStore(fs, root, url)

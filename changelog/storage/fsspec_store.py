@@ -1,0 +1,149 @@
+"""FsspecStore: any other fsspec protocol, through fsspec's blocking API in worker threads.
+
+Create-only is only as strong as the protocol: an existence check, then an exclusive-create
+open ('xb') where the file system supports it, else a temp name moved into place. Both leave
+a window in which a racing writer can win; see docs/storage.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import uuid
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from changelog.errors import (
+    ObjectExistsError,
+    ObjectNotFoundError,
+    PermanentStorageError,
+    StorageError,
+    TransientStorageError,
+)
+from changelog.storage.base import ObjectInfo, ObjectStore, check_key, check_range, md5_hex
+
+TEMP_PREFIX = ".tmp-"
+T = TypeVar("T")
+
+
+class FsspecStore(ObjectStore):
+    """Objects are files of `fs` under `root` (a path in the file system's own notation)."""
+
+    def __init__(self, fs: Any, root: str, root_url: str) -> None:
+        self.fs = fs
+        self.root = root.rstrip("/")
+        self.root_url = root_url.rstrip("/")
+        self._exclusive: bool | None = None  # learnt on first create: does 'xb' work?
+
+    def _full(self, path: str) -> str:
+        return f"{self.root}/{check_key(path)}"
+
+    async def _run(self, path: str, fn: Callable[[], T]) -> T:
+        try:
+            return await asyncio.to_thread(fn)
+        except StorageError:
+            raise
+        except Exception as exc:
+            raise _classify(exc, path, self.url_of(path)) from exc
+
+    async def put_if_absent(self, path: str, data: bytes) -> str:
+        full = self._full(path)
+        await self._run(path, lambda: self._create(path, full, data))
+        return md5_hex(data)
+
+    def _create(self, path: str, full: str, data: bytes) -> None:
+        if self.fs.exists(full):
+            raise ObjectExistsError(f"object {self.url_of(path)!r} already exists", path)
+        parent = full.rpartition("/")[0]
+        self.fs.makedirs(parent, exist_ok=True)
+        if self._exclusive is not False:
+            try:
+                handle = self.fs.open(full, "xb")
+            except FileExistsError as exc:
+                raise ObjectExistsError(
+                    f"object {self.url_of(path)!r} already exists", path) from exc
+            except (ValueError, NotImplementedError):
+                if self._exclusive:
+                    raise
+                self._exclusive = False  # the protocol has no exclusive create
+            else:
+                self._exclusive = True
+                self._write_new(handle, full, data)
+                return
+        temp = f"{parent}/{TEMP_PREFIX}{uuid.uuid4().hex}"
+        self.fs.pipe_file(temp, data)
+        try:
+            if self.fs.exists(full):
+                raise ObjectExistsError(f"object {self.url_of(path)!r} already exists", path)
+            self.fs.mv(temp, full)
+        finally:
+            if self.fs.exists(temp):
+                self.fs.rm_file(temp)
+
+    def _write_new(self, handle: Any, full: str, data: bytes) -> None:
+        """Write through an exclusive handle; a failed write must not leave a partial object."""
+        try:
+            with handle:
+                handle.write(data)
+        except BaseException:
+            if self.fs.exists(full):
+                self.fs.rm_file(full)
+            raise
+
+    async def get(self, path: str, start: int = 0, end: int | None = None) -> bytes:
+        full = self._full(path)
+        check_range(path, start, end)
+        data = await self._run(path, lambda: self.fs.cat_file(full, start=start, end=end))
+        return bytes(data)
+
+    async def head(self, path: str) -> ObjectInfo:
+        full = self._full(path)
+        info = await self._run(path, lambda: self.fs.info(full))
+        if info.get("type") == "directory":
+            raise ObjectNotFoundError(f"{self.url_of(path)!r} is not an object", path)
+        etag = str(info.get("ETag") or info.get("etag") or "").strip('"') or None
+        return ObjectInfo(path, int(info["size"]), etag)
+
+    async def list(self, prefix: str = "") -> list[ObjectInfo]:
+        directory = prefix.rpartition("/")[0]
+        start = self._full(directory) if directory else self.root
+        return await self._run(prefix, lambda: self._find(start, prefix))
+
+    def _find(self, start: str, prefix: str) -> builtins.list[ObjectInfo]:
+        try:
+            entries = self.fs.find(start, detail=True)
+        except FileNotFoundError:
+            return []
+        base = self.fs._strip_protocol(self.root).rstrip("/") + "/"
+        found: list[ObjectInfo] = []
+        for name, info in entries.items():
+            key = self.fs._strip_protocol(name)[len(base):]
+            if key.rpartition("/")[2].startswith(TEMP_PREFIX) or not key.startswith(prefix):
+                continue
+            found.append(ObjectInfo(key, int(info["size"])))
+        found.sort(key=lambda item: item.path)
+        return found
+
+    async def delete(self, path: str) -> None:
+        full = self._full(path)
+
+        def remove() -> None:
+            try:
+                self.fs.rm_file(full)
+            except FileNotFoundError:
+                return
+
+        await self._run(path, remove)
+
+
+def _classify(exc: Exception, path: str, url: str) -> StorageError:
+    """Unknown failures are not retried: only connection errors and timeouts are transient."""
+    if isinstance(exc, FileNotFoundError):
+        return ObjectNotFoundError(f"object {url!r} does not exist", path)
+    if isinstance(exc, FileExistsError):
+        return ObjectExistsError(f"object {url!r} already exists", path)
+    if isinstance(exc, ConnectionError | TimeoutError):
+        return TransientStorageError(f"fsspec I/O on {url!r} failed, may succeed later: {exc}",
+                                     path)
+    return PermanentStorageError(f"fsspec I/O on {url!r} failed ({type(exc).__name__}): {exc}",
+                                 path)

@@ -1,0 +1,164 @@
+"""LocalStore: a directory tree; create-only through a hard link, which never replaces a file.
+
+A temp file is written and fsynced first, then linked to the final name: the final name either
+does not exist or holds the complete bytes. Blocking calls run in worker threads.
+`head`/`list` report sizes only (etag None): `holds` then compares bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import errno
+import os
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from changelog.errors import (
+    ObjectExistsError,
+    ObjectNotFoundError,
+    PermanentStorageError,
+    StorageError,
+    TransientStorageError,
+    UnsupportedStorageError,
+)
+from changelog.storage.base import ObjectInfo, ObjectStore, check_key, check_range, md5_hex
+
+TEMP_PREFIX = ".tmp-"
+_TRANSIENT_ERRNOS = {errno.EAGAIN, errno.EINTR, errno.EBUSY, errno.ETIMEDOUT}
+_NO_LINK_ERRNOS = {errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV}
+T = TypeVar("T")
+
+
+class LocalStore(ObjectStore):
+    """Objects are files under `root`; keys map to relative paths."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(os.path.abspath(root))
+        self.root_url = self.root.as_uri()
+
+    def _file(self, path: str) -> Path:
+        return self.root / check_key(path)
+
+    async def _run(self, path: str, fn: Callable[[], T]) -> T:
+        try:
+            return await asyncio.to_thread(fn)
+        except StorageError:
+            raise
+        except OSError as exc:
+            raise _classify(exc, path, self.url_of(path)) from exc
+
+    async def put_if_absent(self, path: str, data: bytes) -> str:
+        target = self._file(path)
+        await self._run(path, lambda: self._create(path, target, data))
+        return md5_hex(data)
+
+    def _create(self, path: str, target: Path, data: bytes) -> None:
+        parent = target.parent
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError) as exc:
+            raise PermanentStorageError(
+                f"cannot create {self.url_of(path)!r}: a parent of it is a file", path) from exc
+        temp = parent / f"{TEMP_PREFIX}{uuid.uuid4().hex}"
+        try:
+            with open(temp, "xb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            try:
+                os.link(temp, target)
+            except FileExistsError as exc:
+                raise ObjectExistsError(
+                    f"object {self.url_of(path)!r} already exists", path) from exc
+            except OSError as exc:
+                if exc.errno in _NO_LINK_ERRNOS:
+                    raise UnsupportedStorageError(
+                        f"cannot create {self.url_of(path)!r}: the file system does not support "
+                        "hard links, which create-only writes need", path) from exc
+                raise
+        finally:
+            temp.unlink(missing_ok=True)
+        _fsync_dir(parent)
+
+    async def get(self, path: str, start: int = 0, end: int | None = None) -> bytes:
+        file = self._file(path)
+        check_range(path, start, end)
+
+        def read() -> bytes:
+            with open(file, "rb") as handle:
+                handle.seek(start)
+                return handle.read() if end is None else handle.read(end - start)
+
+        return await self._run(path, read)
+
+    async def head(self, path: str) -> ObjectInfo:
+        file = self._file(path)
+
+        def stat() -> ObjectInfo:
+            st = file.stat()
+            if not file.is_file():
+                raise ObjectNotFoundError(f"{self.url_of(path)!r} is not an object", path)
+            return ObjectInfo(path, st.st_size)
+
+        return await self._run(path, stat)
+
+    async def list(self, prefix: str = "") -> list[ObjectInfo]:
+        directory = prefix.rpartition("/")[0]
+        start = self._file(directory) if directory else self.root
+        return await self._run(prefix, lambda: self._walk(start, prefix))
+
+    def _walk(self, start: Path, prefix: str) -> builtins.list[ObjectInfo]:
+        found: list[ObjectInfo] = []
+        for dirpath, _dirs, files in os.walk(start):
+            rel_dir = os.path.relpath(dirpath, self.root).replace(os.sep, "/")
+            for name in files:
+                if name.startswith(TEMP_PREFIX):
+                    continue
+                key = name if rel_dir == "." else f"{rel_dir}/{name}"
+                if not key.startswith(prefix):
+                    continue
+                try:
+                    size = os.stat(os.path.join(dirpath, name)).st_size
+                except FileNotFoundError:
+                    continue  # deleted while listing
+                found.append(ObjectInfo(key, size))
+        found.sort(key=lambda info: info.path)
+        return found
+
+    async def delete(self, path: str) -> None:
+        await self.delete_many([path])
+
+    async def delete_many(self, paths: builtins.list[str]) -> None:
+        files = [(path, self._file(path)) for path in paths]
+
+        def unlink_all() -> None:
+            for path, file in files:
+                try:
+                    file.unlink(missing_ok=True)
+                except IsADirectoryError:
+                    continue  # a directory is not an object: nothing to delete
+                except OSError as exc:
+                    raise _classify(exc, path, self.url_of(path)) from exc
+
+        await asyncio.to_thread(unlink_all)
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make the new directory entry durable, not only the file's bytes."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _classify(exc: OSError, path: str, url: str) -> StorageError:
+    if isinstance(exc, FileNotFoundError | IsADirectoryError | NotADirectoryError):
+        return ObjectNotFoundError(f"object {url!r} does not exist", path)
+    if exc.errno in _TRANSIENT_ERRNOS:
+        return TransientStorageError(f"local I/O on {url!r} failed, may succeed later: {exc}",
+                                     path)
+    return PermanentStorageError(f"local I/O on {url!r} failed: {exc}", path)

@@ -1,0 +1,86 @@
+"""Shared fixtures: moto server + fault proxy per session, a fresh bucket or store per test."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from changelog.config import ChangelogOptions
+from changelog.loop import EventLoopThread
+from changelog.storage import ObjectStore, open_storage
+from changelog.storage.memory import MemoryStore
+from tests.support import FaultProxy, MotoServer, S3Env, make_s3_env
+
+STORAGE_KINDS = ["memory", "file", "s3"]
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[MotoServer]:
+    server = MotoServer().start()
+    server.reset()  # moto's state is process-global: start the session from nothing
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def fault_proxy(moto_server: MotoServer) -> Iterator[FaultProxy]:
+    proxy = FaultProxy(moto_server.endpoint_url).start()
+    yield proxy
+    proxy.stop()
+
+
+@pytest.fixture
+def s3(moto_server: MotoServer, fault_proxy: FaultProxy) -> Iterator[S3Env]:
+    fault_proxy.reset()
+    fault_proxy.set_seed(0)
+    yield make_s3_env(moto_server, fault_proxy)
+    fault_proxy.reset()
+
+
+@pytest.fixture(params=STORAGE_KINDS, ids=STORAGE_KINDS)
+def storage_url(request: pytest.FixtureRequest,
+                tmp_path: Path) -> Iterator[tuple[str, ChangelogOptions]]:
+    kind = request.param
+    if kind == "memory":
+        name = f"t-{uuid.uuid4().hex}"
+        yield f"memory://{name}", ChangelogOptions()
+        MemoryStore.drop(name)
+    elif kind == "file":
+        yield (tmp_path / "store").as_uri(), ChangelogOptions()
+    else:
+        env: S3Env = request.getfixturevalue("s3")
+        yield env.url, env.options
+
+
+@pytest.fixture
+async def store(storage_url: tuple[str, ChangelogOptions]) -> AsyncIterator[ObjectStore]:
+    url, options = storage_url
+    opened = open_storage(url, options)
+    yield opened
+    await opened.close()
+
+
+@pytest.fixture
+def loop_thread() -> Iterator[EventLoopThread]:
+    thread = EventLoopThread(name="test-loop")
+    yield thread
+    thread.close()
+
+
+# ---- Spark (owned by the backend/spark helper; keep this block at the end) --------------------
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """The one SparkSession of the test session (see tests/support/spark.py)."""
+    from tests.support.spark import build_session
+
+    session = build_session()
+    yield session
+    session.stop()
+
+
+# ---- end of the Spark block -------------------------------------------------------------------

@@ -1,0 +1,395 @@
+"""ObjectStore contract on memory://, file:// and s3:// (moto behind the proxy), plus
+what only one backend promises: atomic local create-only, fsspec, URL dispatch."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import uuid
+from pathlib import Path
+
+import fsspec
+import pytest
+
+from changelog.config import ChangelogOptions
+from changelog.errors import (
+    ChangelogError,
+    ObjectExistsError,
+    ObjectNotFoundError,
+    PermanentStorageError,
+    UnsupportedStorageError,
+)
+from changelog.loop import EventLoopThread
+from changelog.storage import (
+    FsspecStore,
+    LocalStore,
+    MemoryStore,
+    ObjectStore,
+    S3Store,
+    md5_hex,
+    open_storage,
+)
+from tests.support import S3Env
+
+DATA = bytes(range(256)) * 40 + b"tail"
+
+# --- the contract, on every backend -------------------------------------------------------------
+
+
+async def test_create_then_get_returns_the_same_bytes(store: ObjectStore) -> None:
+    await store.put_if_absent("state/0/1_a.changelog", DATA)
+    assert await store.get("state/0/1_a.changelog") == DATA
+
+
+async def test_create_returns_the_md5_of_the_content(store: ObjectStore) -> None:
+    assert await store.put_if_absent("f", DATA) == md5_hex(DATA)
+
+
+@pytest.mark.parametrize(("start", "end"), [(0, 10), (7, 300), (300, None), (0, None)])
+async def test_ranged_get_returns_that_slice(store: ObjectStore, start: int,
+                                             end: int | None) -> None:
+    await store.put_if_absent("f", DATA)
+    assert await store.get("f", start, end) == DATA[start:end]
+
+
+async def test_range_reaching_past_the_end_is_cut_at_the_end(store: ObjectStore) -> None:
+    await store.put_if_absent("f", DATA)
+    assert await store.get("f", len(DATA) - 3, len(DATA) + 100) == DATA[-3:]
+
+
+async def test_range_starting_past_the_end_is_empty(store: ObjectStore) -> None:
+    await store.put_if_absent("f", DATA)
+    assert await store.get("f", len(DATA) + 5) == b""
+
+
+@pytest.mark.parametrize(("start", "end"), [(-1, None), (5, 4)])
+async def test_invalid_range_is_rejected(store: ObjectStore, start: int, end: int | None) -> None:
+    await store.put_if_absent("f", DATA)
+    with pytest.raises(PermanentStorageError, match="range"):
+        await store.get("f", start, end)
+
+
+async def test_get_of_a_missing_object_raises_not_found(store: ObjectStore) -> None:
+    with pytest.raises(ObjectNotFoundError) as info:
+        await store.get("missing/x")
+    assert info.value.path == "missing/x"
+
+
+async def test_second_create_is_refused_and_keeps_the_first_content(store: ObjectStore) -> None:
+    await store.put_if_absent("once", b"first")
+    with pytest.raises(ObjectExistsError) as info:
+        await store.put_if_absent("once", b"second, longer content")
+    assert "once" in str(info.value)
+    assert await store.get("once") == b"first"
+
+
+async def test_list_returns_keys_under_the_prefix_sorted_and_recursive(
+        store: ObjectStore) -> None:
+    for key in ["b/2", "a/1", "b/sub/3", "b/1", "c/1", "bb/1"]:
+        await store.put_if_absent(key, key.encode())
+    listed = await store.list("b/")
+    assert [info.path for info in listed] == ["b/1", "b/2", "b/sub/3"]
+    assert [info.size for info in listed] == [3, 3, 7]
+
+
+async def test_list_prefix_may_end_inside_a_name(store: ObjectStore) -> None:
+    for key in ["s/1_a", "s/1_b", "s/2_a", "s/10_a"]:
+        await store.put_if_absent(key, b"x")
+    assert [info.path for info in await store.list("s/1")] == ["s/10_a", "s/1_a", "s/1_b"]
+
+
+async def test_list_without_prefix_returns_everything(store: ObjectStore) -> None:
+    for key in ["z", "a/b/c", "m/n"]:
+        await store.put_if_absent(key, b"x")
+    assert [info.path for info in await store.list()] == ["a/b/c", "m/n", "z"]
+
+
+async def test_list_of_an_unused_prefix_is_empty(store: ObjectStore) -> None:
+    await store.put_if_absent("a/1", b"x")
+    assert await store.list("nothing/here/") == []
+
+
+async def test_delete_removes_the_object_and_is_idempotent(store: ObjectStore) -> None:
+    await store.put_if_absent("d/x", b"x")
+    await store.delete("d/x")
+    await store.delete("d/x")
+    await store.delete("never/existed")
+    assert not await store.exists("d/x")
+
+
+async def test_deleted_name_can_be_created_again(store: ObjectStore) -> None:
+    await store.put_if_absent("again", b"one")
+    await store.delete("again")
+    await store.put_if_absent("again", b"two")
+    assert await store.get("again") == b"two"
+
+
+async def test_delete_many_removes_every_listed_key_and_ignores_missing(
+        store: ObjectStore) -> None:
+    for key in ["k/1", "k/2", "k/3", "keep"]:
+        await store.put_if_absent(key, b"x")
+    await store.delete_many(["k/1", "k/3", "k/missing"])
+    assert [info.path for info in await store.list()] == ["k/2", "keep"]
+
+
+async def test_head_reports_the_size(store: ObjectStore) -> None:
+    await store.put_if_absent("h", DATA)
+    info = await store.head("h")
+    assert (info.path, info.size) == ("h", len(DATA))
+
+
+async def test_head_of_a_missing_object_raises_not_found(store: ObjectStore) -> None:
+    with pytest.raises(ObjectNotFoundError):
+        await store.head("nope")
+
+
+async def test_holds_is_true_only_for_the_exact_bytes(store: ObjectStore) -> None:
+    await store.put_if_absent("h", DATA)
+    assert await store.holds("h", DATA)
+    assert not await store.holds("h", DATA[:-1] + b"X")
+    assert not await store.holds("h", DATA + b"more")
+    assert not await store.holds("absent", DATA)
+
+
+@pytest.mark.parametrize("key", ["", "..", "a/../b", "/abs", "a//b", "a/./b", "a/", "a\\b"])
+async def test_invalid_keys_are_rejected_before_any_io(store: ObjectStore, key: str) -> None:
+    with pytest.raises(PermanentStorageError, match="invalid storage key"):
+        await store.put_if_absent(key, b"x")
+    with pytest.raises(PermanentStorageError, match="invalid storage key"):
+        await store.get(key)
+
+
+async def test_url_of_names_the_object_under_the_root(store: ObjectStore) -> None:
+    assert store.url_of("a/b") == store.root_url + "/a/b"
+    assert not store.root_url.endswith("/")
+
+
+# --- open_storage --------------------------------------------------------------------------------
+
+
+def test_file_url_and_plain_paths_open_a_local_store(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    options = ChangelogOptions()
+    monkeypatch.chdir(tmp_path)
+    by_url = open_storage(tmp_path.as_uri() + "/", options)
+    by_path = open_storage(str(tmp_path), options)
+    by_relative = open_storage(".", options)
+    for store in (by_url, by_path, by_relative):
+        assert isinstance(store, LocalStore)
+        assert store.root_url == tmp_path.as_uri()
+
+
+def test_memory_url_opens_a_memory_store_without_trailing_slash() -> None:
+    store = open_storage("memory://shared-name/", ChangelogOptions())
+    assert isinstance(store, MemoryStore)
+    assert store.root_url == "memory://shared-name"
+
+
+@pytest.mark.parametrize("url", ["s3://bucket/some/prefix/", "s3a://bucket/some/prefix"])
+def test_s3_urls_open_an_s3_store_with_a_normalised_root(url: str) -> None:
+    store = open_storage(url, ChangelogOptions())
+    assert isinstance(store, S3Store)
+    assert (store.bucket, store.prefix) == ("bucket", "some/prefix")
+    assert store.root_url == "s3://bucket/some/prefix"
+
+
+def test_other_fsspec_protocols_open_an_fsspec_store(tmp_path: Path) -> None:
+    store = open_storage(f"local://{tmp_path}/", ChangelogOptions())
+    assert isinstance(store, FsspecStore)
+    assert store.root_url == f"local://{tmp_path}"
+
+
+def test_unknown_scheme_error_names_the_url() -> None:
+    url = "nosuchscheme://bucket/path"
+    with pytest.raises(UnsupportedStorageError, match="nosuchscheme://bucket/path"):
+        open_storage(url, ChangelogOptions())
+
+
+@pytest.mark.parametrize("url", ["s3:///prefix", "memory://", "s3://bucket/a/../b"])
+def test_url_without_a_name_or_with_a_bad_path_is_refused(url: str) -> None:
+    with pytest.raises(UnsupportedStorageError, match="storage URL"):
+        open_storage(url, ChangelogOptions())
+
+
+def test_file_url_naming_another_host_is_refused() -> None:
+    with pytest.raises(UnsupportedStorageError, match="file://elsewhere/x"):
+        open_storage("file://elsewhere/x", ChangelogOptions())
+
+
+# --- memory -------------------------------------------------------------------------------------
+
+
+async def test_two_opens_of_one_memory_name_share_objects() -> None:
+    name = f"t-{uuid.uuid4().hex}"
+    try:
+        await open_storage(f"memory://{name}", ChangelogOptions()).put_if_absent("k", b"v")
+        assert await open_storage(f"memory://{name}", ChangelogOptions()).get("k") == b"v"
+    finally:
+        MemoryStore.drop(name)
+
+
+async def test_dropping_a_memory_name_forgets_its_objects() -> None:
+    name = f"t-{uuid.uuid4().hex}"
+    await MemoryStore(name).put_if_absent("k", b"v")
+    MemoryStore.drop(name)
+    assert not await MemoryStore(name).exists("k")
+
+
+# --- local --------------------------------------------------------------------------------------
+
+
+def test_local_create_only_is_atomic_under_eight_racing_threads(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    contents = [bytes([i]) * (256 * 1024 + i) for i in range(8)]
+    barrier = threading.Barrier(len(contents))
+    outcomes: list[str | None] = [None] * len(contents)
+
+    def race(i: int) -> None:
+        barrier.wait()
+        try:
+            asyncio.run(store.put_if_absent("race/target", contents[i]))
+            outcomes[i] = "won"
+        except ObjectExistsError:
+            outcomes[i] = "exists"
+
+    threads = [threading.Thread(target=race, args=(i,)) for i in range(len(contents))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert outcomes.count("won") == 1
+    assert outcomes.count("exists") == len(contents) - 1
+    winner = outcomes.index("won")
+    assert (tmp_path / "race" / "target").read_bytes() == contents[winner]
+    assert os.listdir(tmp_path / "race") == ["target"]
+
+
+async def test_local_list_skips_temp_files(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    await store.put_if_absent("d/real", b"x")
+    (tmp_path / "d" / ".tmp-leftover").write_bytes(b"partial")
+    assert [info.path for info in await store.list()] == ["d/real"]
+
+
+async def test_local_create_under_a_file_is_a_permanent_error(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    await store.put_if_absent("a", b"file")
+    with pytest.raises(PermanentStorageError, match="parent"):
+        await store.put_if_absent("a/b", b"x")
+
+
+# --- fsspec (through fsspec's local file system) -------------------------------------------------
+
+
+@pytest.fixture
+def fsspec_store(tmp_path: Path) -> FsspecStore:
+    root = tmp_path / "fs"
+    root.mkdir()
+    return FsspecStore(fsspec.filesystem("file"), str(root), root.as_uri())
+
+
+async def test_fsspec_create_then_ranged_get(fsspec_store: FsspecStore) -> None:
+    await fsspec_store.put_if_absent("x/y", DATA)
+    assert await fsspec_store.get("x/y") == DATA
+    assert await fsspec_store.get("x/y", 5, 17) == DATA[5:17]
+
+
+async def test_fsspec_second_create_is_refused_and_keeps_content(
+        fsspec_store: FsspecStore) -> None:
+    await fsspec_store.put_if_absent("once", b"first")
+    with pytest.raises(ObjectExistsError):
+        await fsspec_store.put_if_absent("once", b"second")
+    assert await fsspec_store.get("once") == b"first"
+
+
+async def test_fsspec_list_is_sorted_recursive_and_skips_temp_files(
+        fsspec_store: FsspecStore, tmp_path: Path) -> None:
+    for key in ["b/2", "a/1", "b/sub/3"]:
+        await fsspec_store.put_if_absent(key, b"xy")
+    (tmp_path / "fs" / "b" / ".tmp-partial").write_bytes(b"p")
+    assert [(i.path, i.size) for i in await fsspec_store.list("b/")] == [("b/2", 2),
+                                                                         ("b/sub/3", 2)]
+
+
+async def test_fsspec_delete_head_and_holds(fsspec_store: FsspecStore) -> None:
+    await fsspec_store.put_if_absent("h", DATA)
+    assert (await fsspec_store.head("h")).size == len(DATA)
+    assert await fsspec_store.holds("h", DATA)
+    await fsspec_store.delete("h")
+    await fsspec_store.delete("h")
+    with pytest.raises(ObjectNotFoundError):
+        await fsspec_store.head("h")
+
+
+# --- S3 specifics -------------------------------------------------------------------------------
+
+
+async def test_moto_enforces_if_none_match_with_412(s3: S3Env) -> None:
+    store = open_storage(s3.url, s3.options)
+    try:
+        await store.put_if_absent("obj", b"first")
+        with pytest.raises(ObjectExistsError, match="412"):
+            await store.put_if_absent("obj", b"second")
+    finally:
+        await store.close()
+    assert [r.status for r in s3.proxy.records("PUT")] == [200, 412]
+    assert s3.direct_get("obj") == b"first"
+
+
+async def test_s3_create_stores_the_object_under_the_url_prefix(s3: S3Env) -> None:
+    store = open_storage(s3.url, s3.options)
+    try:
+        await store.put_if_absent("a/b", b"payload")
+    finally:
+        await store.close()
+    assert s3.direct_keys() == ["a/b"]
+    assert s3.moto.admin.head_object(Bucket=s3.bucket, Key="root/a/b")["ContentLength"] == 7
+
+
+async def test_s3_delete_many_sends_one_request_per_chunk(s3: S3Env) -> None:
+    store = open_storage(s3.url, s3.options)
+    assert isinstance(store, S3Store)
+    store.delete_batch = 2
+    keys = [f"k/{i}" for i in range(5)]
+    try:
+        for key in keys:
+            await store.put_if_absent(key, b"x")
+        await store.delete_many(keys)
+    finally:
+        await store.close()
+    assert s3.proxy.count("POST", "delete") == 3
+    assert s3.direct_keys() == []
+
+
+async def test_s3_store_on_a_missing_bucket_fails_permanently(s3: S3Env) -> None:
+    store = open_storage(f"s3://no-such-bucket-{uuid.uuid4().hex[:8]}/r", s3.options)
+    try:
+        with pytest.raises(PermanentStorageError, match="NoSuchBucket"):
+            await store.put_if_absent("x", b"x")
+    finally:
+        await store.close()
+
+
+def test_s3_store_runs_on_a_background_loop_thread(s3: S3Env,
+                                                    loop_thread: EventLoopThread) -> None:
+    store = open_storage(s3.url, s3.options)
+    loop_thread.run(store.put_if_absent("bg", b"from another thread"))
+    assert loop_thread.run(store.get("bg")) == b"from another thread"
+    loop_thread.run(store.close())
+
+
+def test_s3_store_refuses_a_second_event_loop(s3: S3Env, loop_thread: EventLoopThread) -> None:
+    store = open_storage(s3.url, s3.options)
+    loop_thread.run(store.put_if_absent("first", b"x"))
+    with pytest.raises(ChangelogError, match="another event loop"):
+        asyncio.run(store.get("first"))
+    loop_thread.run(store.close())
+
+
+async def test_s3_store_refuses_use_after_close(s3: S3Env) -> None:
+    store = open_storage(s3.url, s3.options)
+    await store.put_if_absent("x", b"x")
+    await store.close()
+    with pytest.raises(PermanentStorageError, match="closed"):
+        await store.get("x")
