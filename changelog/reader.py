@@ -1,0 +1,154 @@
+"""Reads one log's change sets back from the file segments a ChangelogHandle names.
+
+Segments are fetched with ranged reads, several at once (bounded by read_parallelism), and are
+yielded strictly in SQN order. Every segment is checked against the handle: right log, and
+exactly the SQNs it claims, so a wrong or stale handle fails loudly instead of replaying
+someone else's changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
+from itertools import islice
+
+from changelog.cache import SegmentCache
+from changelog.config import ChangelogOptions
+from changelog.errors import FormatError, TruncatedFileError
+from changelog.format import ChangeSet, iter_frames
+from changelog.handle import ChangelogHandle, Segment
+from changelog.storage.base import ObjectStore
+
+log = logging.getLogger("changelog")
+
+Fetch = Callable[[str, int, int], Awaitable[bytes]]
+"""fetch(path, start, end) -> bytes [start, end) of the object at `path`."""
+
+DECODE_IN_THREAD_BYTES = 1024 * 1024
+"""Segments at least this large are decoded off the event loop so uploads keep moving."""
+
+
+class ChangelogReader:
+    def __init__(self, store: ObjectStore, options: ChangelogOptions,
+                 cache: SegmentCache | None = None, fetch: Fetch | None = None) -> None:
+        self._store = store
+        self._options = options
+        self._cache = cache if cache is not None else SegmentCache.from_options(options)
+        self._fetch: Fetch = fetch if fetch is not None else store.get
+
+    async def aread(self, handle: ChangelogHandle) -> list[ChangeSet]:
+        """The handle's change sets, ordered by SQN, each exactly once."""
+        return [change_set async for change_set in self.aiter(handle)]
+
+    async def aiter(self, handle: ChangelogHandle) -> AsyncIterator[ChangeSet]:
+        """Like aread, streaming: at most read_parallelism reads are fetched or held at once."""
+        reads = iter(plan_reads(handle.segments))
+        pending: deque[tuple[list[Segment], asyncio.Task[list[ChangeSet]]]] = deque()
+
+        def start(read: list[Segment]) -> None:
+            pending.append((read, asyncio.create_task(self._read(handle.log_id, read))))
+
+        last_sqn = handle.from_sqn - 1
+        try:
+            for read in islice(reads, self._options.read_parallelism):
+                start(read)
+            while pending:
+                read, task = pending.popleft()
+                change_sets = await task
+                following = next(reads, None)
+                if following is not None:
+                    start(following)
+                for change_set in change_sets:
+                    if not last_sqn < change_set.sqn < handle.to_sqn:
+                        raise FormatError(
+                            f"SQN {change_set.sqn} of log {handle.log_id!r} breaks the order "
+                            f"of handle [{handle.from_sqn}, {handle.to_sqn}) after SQN "
+                            f"{last_sqn}", self._store.url_of(read[0].path))
+                    last_sqn = change_set.sqn
+                    yield change_set
+        finally:
+            for _, task in pending:
+                task.cancel()
+            await asyncio.gather(*(task for _, task in pending), return_exceptions=True)
+
+    async def _read(self, log_id: str, read: list[Segment]) -> list[ChangeSet]:
+        path = read[0].path
+        url = self._store.url_of(path)
+        if self._cache is not None:
+            cached = await self._read_cached(url, log_id, read)
+            if cached is not None:
+                return cached
+        start = read[0].offset
+        end = read[-1].offset + read[-1].length
+        data = await self._fetch(path, start, end)
+        if len(data) != end - start:
+            raise TruncatedFileError(f"ranged read of [{start}, {end}) returned {len(data)} "
+                                     f"bytes", url, start + len(data))
+        view = memoryview(data)
+        change_sets: list[ChangeSet] = []
+        for segment in read:
+            piece = view[segment.offset - start:segment.offset - start + segment.length]
+            change_sets += await _decode(piece, url, segment, log_id)
+            if self._cache is not None:
+                await asyncio.to_thread(self._cache.put, url, segment.offset, piece)
+        return change_sets
+
+    async def _read_cached(self, url: str, log_id: str,
+                           read: list[Segment]) -> list[ChangeSet] | None:
+        """The read's change sets from the cache, or None when any part must be fetched."""
+        assert self._cache is not None
+        change_sets: list[ChangeSet] = []
+        for segment in read:
+            data = await asyncio.to_thread(self._cache.get, url, segment.offset, segment.length)
+            if data is None:
+                return None
+            try:
+                change_sets += await _decode(memoryview(data), url, segment, log_id)
+            except FormatError as exc:
+                log.warning("dropping corrupt cache entry of %s: %s", url, exc)
+                await asyncio.to_thread(self._cache.drop, url, segment.offset, segment.length)
+                return None
+        return change_sets
+
+
+def plan_reads(segments: tuple[Segment, ...]) -> list[list[Segment]]:
+    """Group consecutive segments that continue each other's bytes in one file into one read."""
+    reads: list[list[Segment]] = []
+    for segment in segments:
+        previous = reads[-1][-1] if reads else None
+        if (previous is not None and previous.path == segment.path
+                and previous.offset + previous.length == segment.offset):
+            reads[-1].append(segment)
+        else:
+            reads.append([segment])
+    return reads
+
+
+async def _decode(data: memoryview, url: str, segment: Segment,
+                  log_id: str) -> list[ChangeSet]:
+    if len(data) >= DECODE_IN_THREAD_BYTES:
+        return await asyncio.to_thread(decode_segment, data, url, segment, log_id)
+    return decode_segment(data, url, segment, log_id)
+
+
+def decode_segment(data: memoryview | bytes, url: str, segment: Segment,
+                   log_id: str) -> list[ChangeSet]:
+    """Decode a segment's bytes; they must hold exactly log_id's SQNs [from_sqn, to_sqn)."""
+    expected = segment.from_sqn
+    change_sets: list[ChangeSet] = []
+    for offset, change_set in iter_frames(data, url, segment.offset):
+        where = f"segment [{segment.from_sqn}, {segment.to_sqn}) of log {log_id!r}"
+        if change_set.log_id != log_id:
+            raise FormatError(f"{where}: frame holds log {change_set.log_id!r}", url, offset)
+        if change_set.sqn != expected or expected >= segment.to_sqn:
+            raise FormatError(f"{where}: frame holds SQN {change_set.sqn}, expected "
+                              f"{expected if expected < segment.to_sqn else 'none'}",
+                              url, offset)
+        expected += 1
+        change_sets.append(change_set)
+    if expected != segment.to_sqn:
+        raise FormatError(f"segment [{segment.from_sqn}, {segment.to_sqn}) of log {log_id!r} "
+                          f"ends at SQN {expected}", url, segment.offset + segment.length)
+    return change_sets
