@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
+from urllib.parse import urlsplit
 
 from changelog.errors import ConfigError
 from changelog.units import parse_duration, parse_size
@@ -86,6 +87,8 @@ class ChangelogOptions:
             fail("s3_addressing_style", f"must be one of {', '.join(ADDRESSING_STYLES)}")
         if self.s3_max_pool_connections is not None and self.s3_max_pool_connections <= 0:
             fail("s3_max_pool_connections", "must be positive")
+        if self.s3_endpoint_url is not None and not _is_http_url(self.s3_endpoint_url):
+            fail("s3_endpoint_url", "must be an http:// or https:// URL")
 
     @property
     def pool_connections(self) -> int:
@@ -116,7 +119,12 @@ class ChangelogOptions:
         try:
             return replace(base, **changes)
         except ConfigError as exc:
-            raise ConfigError(f"{exc} (settings under {prefix!r})") from exc
+            raise ConfigError(f"{prefix}{exc}") from exc  # the message starts with the key
+
+
+def _is_http_url(url: str) -> bool:
+    parts = urlsplit(url)
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
 def _parse_bool(raw: Any, key: str) -> bool:

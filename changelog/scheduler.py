@@ -1,0 +1,408 @@
+"""One batching scheduler per storage: drains every writer's queued change sets into few files.
+
+A persist only queues; the drain runs `persist_delay` after the first queued change set (or at
+once past `persist_size_threshold`), so writers persisting together share one request. One
+drain writes one file per writer directory, each writer's change sets contiguous in SQN order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from changelog.config import ChangelogOptions
+from changelog.errors import ChangelogError, UploadFailedError, WriterClosedError
+from changelog.format import ChangeSet, LogHeader, encode_file
+from changelog.handle import Segment
+from changelog.loop import EventLoopThread
+from changelog.metrics import ChangelogMetrics
+from changelog.storage.base import join_key
+from changelog.uploader import Uploader
+
+log = logging.getLogger(__name__)
+ENCODE_IN_THREAD_BYTES = 1024 * 1024
+"""Files at least this large are encoded off the event loop so other uploads keep moving."""
+FILE_SUFFIX = ".changelog"
+
+
+class TicketOwner(Protocol):
+    """What the scheduler needs from a writer (ChangelogWriter implements it)."""
+
+    @property
+    def log_id(self) -> str: ...
+
+    @property
+    def directory(self) -> str: ...
+
+    def log_header(self) -> LogHeader: ...
+
+    def claim_file_stem(self) -> str | None: ...
+
+    def on_ticket_uploaded(self, ticket: UploadTicket, path: str,
+                           segments: Mapping[int, Segment]) -> None: ...
+
+    def on_ticket_failed(self, ticket: UploadTicket) -> None: ...
+
+
+@dataclass(eq=False)
+class UploadTicket:
+    """Change sets of one writer handed to the scheduler together; resolves to their segments."""
+
+    owner: TicketOwner
+    change_sets: tuple[ChangeSet, ...]
+    size: int
+    future: concurrent.futures.Future[dict[int, Segment]] = field(
+        default_factory=concurrent.futures.Future)
+
+
+class FileRefCounts:
+    """Live change sets per uploaded file, across all writers; a file at zero is released."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[str, int] = {}
+
+    def register(self, path: str, change_sets: int) -> None:
+        with self._lock:
+            self._counts[path] = self._counts.get(path, 0) + change_sets
+
+    def drop(self, path: str) -> bool:
+        """One change set of `path` is gone; True when it was the last one."""
+        with self._lock:
+            left = self._counts.get(path, 0) - 1
+            if left > 0:
+                self._counts[path] = left
+                return False
+            self._counts.pop(path, None)
+            return True
+
+    def live(self, path: str) -> int:
+        with self._lock:
+            return self._counts.get(path, 0)
+
+
+class _Waiter:
+    """One caller waiting for room: a thread (event) or a coroutine (future on its loop)."""
+
+    __slots__ = ("error", "event", "future", "granted", "loop", "size")
+
+    def __init__(self, size: int, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self.size = size
+        self.granted = False
+        self.error: BaseException | None = None
+        self.loop = loop
+        self.event = threading.Event() if loop is None else None
+        self.future: asyncio.Future[None] | None = loop.create_future() if loop else None
+
+    def wake(self) -> None:
+        if self.event is not None:
+            self.event.set()
+            return
+        assert self.loop is not None and self.future is not None
+        with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits any more
+            self.loop.call_soon_threadsafe(_resolve, self.future)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class InFlightLimiter:
+    """Bounds queued + uploading bytes; callers past the bound wait, first come first served.
+
+    A request larger than the whole bound is admitted when nothing else is in flight, so a
+    huge change set slows everyone down but never deadlocks.
+    """
+
+    def __init__(self, limit: int, metrics: ChangelogMetrics,
+                 must_not_block: Callable[[], bool] = lambda: False) -> None:
+        self.limit = limit
+        self._metrics = metrics
+        self._must_not_block = must_not_block
+        self._lock = threading.Lock()
+        self._in_flight = 0
+        self._waiters: deque[_Waiter] = deque()
+        self._closed = False
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    def _admits(self, size: int) -> bool:
+        return self._in_flight == 0 or self._in_flight + size <= self.limit
+
+    def _take_locked(self, size: int) -> None:
+        self._in_flight += size
+        self._metrics.set_gauge("in_flight_bytes", self._in_flight)
+
+    def _grant_locked(self) -> None:
+        while self._waiters and self._admits(self._waiters[0].size):
+            waiter = self._waiters.popleft()
+            self._take_locked(waiter.size)
+            waiter.granted = True
+            waiter.wake()
+
+    def _enter(self, size: int, loop: asyncio.AbstractEventLoop | None) -> _Waiter | None:
+        """Take `size` bytes now (None) or queue up and return the waiter."""
+        with self._lock:
+            if self._closed:
+                raise WriterClosedError("the changelog storage is closed")
+            if not self._waiters and self._admits(size):
+                self._take_locked(size)
+                return None
+            waiter = _Waiter(size, loop)
+            self._waiters.append(waiter)
+            return waiter
+
+    def acquire(self, size: int) -> None:
+        """Block the calling thread until `size` more bytes may be in flight (0: until not over)."""
+        waiter = self._enter(size, None)
+        if waiter is None:
+            return
+        if self._must_not_block():
+            self._abandon(waiter)
+            raise ChangelogError("the changelog is over its in-flight limit and this call would "
+                                 "block the storage's event loop; use the async variant")
+        assert waiter.event is not None
+        self._metrics.add_gauge("blocked_callers", 1)
+        began = time.monotonic()
+        try:
+            waiter.event.wait()
+        finally:
+            self._metrics.add_gauge("blocked_callers", -1)
+            self._metrics.blocked(time.monotonic() - began)
+        if waiter.error is not None:
+            raise waiter.error
+
+    async def aacquire(self, size: int) -> None:
+        """Like acquire, awaiting instead of blocking."""
+        waiter = self._enter(size, asyncio.get_running_loop())
+        if waiter is None:
+            return
+        assert waiter.future is not None
+        self._metrics.add_gauge("blocked_callers", 1)
+        began = time.monotonic()
+        try:
+            await waiter.future
+        except asyncio.CancelledError:
+            self._abandon(waiter)
+            raise
+        finally:
+            self._metrics.add_gauge("blocked_callers", -1)
+            self._metrics.blocked(time.monotonic() - began)
+        if waiter.error is not None:
+            raise waiter.error
+
+    def _abandon(self, waiter: _Waiter) -> None:
+        with self._lock:
+            if waiter.granted:
+                self._in_flight -= waiter.size
+            elif waiter in self._waiters:
+                self._waiters.remove(waiter)
+            self._grant_locked()
+            self._metrics.set_gauge("in_flight_bytes", self._in_flight)
+
+    def release(self, size: int) -> None:
+        with self._lock:
+            self._in_flight -= size
+            self._metrics.set_gauge("in_flight_bytes", self._in_flight)
+            self._grant_locked()
+
+    def close(self) -> None:
+        """Wake every waiter with WriterClosedError; later acquires fail at once."""
+        with self._lock:
+            self._closed = True
+            waiters, self._waiters = list(self._waiters), deque()
+            for waiter in waiters:
+                waiter.error = WriterClosedError("the changelog storage was closed while this "
+                                                 "call waited for upload capacity")
+                waiter.wake()
+
+
+class BatchScheduler:
+    """Queue -> drain -> one file per directory -> upload; at most `max_concurrent_uploads` drains.
+
+    Tickets arrive from any thread (their bytes already admitted by the limiter); everything
+    else runs on the storage's event loop.
+    """
+
+    def __init__(self, loop: EventLoopThread, uploader: Uploader, limiter: InFlightLimiter,
+                 refs: FileRefCounts, metrics: ChangelogMetrics, options: ChangelogOptions,
+                 writer_id: str) -> None:
+        self._loop = loop
+        self._uploader = uploader
+        self._limiter = limiter
+        self._refs = refs
+        self._metrics = metrics
+        self._options = options
+        self._writer_id = writer_id
+        self._lock = threading.Lock()
+        self._queue: list[UploadTicket] = []
+        self._queued_bytes = 0
+        self._closed = False
+        # loop-thread state
+        self._slots = asyncio.Semaphore(options.max_concurrent_uploads)
+        self._timer: asyncio.TimerHandle | None = None
+        self._drain_waiting = False
+        self._flushing = False
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def submit(self, ticket: UploadTicket) -> None:
+        """Queue a ticket (thread-safe); its future resolves once its file is uploaded."""
+        with self._lock:
+            if self._closed:
+                raise WriterClosedError("the changelog storage is closed: no more uploads")
+            self._queue.append(ticket)
+            self._queued_bytes += ticket.size
+            self._publish_queue_locked()
+        self._loop.call_soon(self._wake)
+
+    def _publish_queue_locked(self) -> None:
+        self._metrics.set_gauge("queue_length", len(self._queue))
+        self._metrics.set_gauge("queued_bytes", self._queued_bytes)
+
+    def _wake(self) -> None:
+        if self._drain_waiting:
+            return  # a drain is waiting for a slot and will take everything queued
+        with self._lock:
+            full = self._queued_bytes >= self._options.persist_size_threshold
+        if full or self._flushing:
+            self._start_drain()
+        elif self._timer is None:
+            self._timer = self._loop.loop.call_later(self._options.persist_delay,
+                                                     self._start_drain)
+
+    def _start_drain(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._drain_waiting:
+            return
+        self._drain_waiting = True
+        task = self._loop.loop.create_task(self._drain())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _drain(self) -> None:
+        async with self._slots:
+            self._drain_waiting = False
+            with self._lock:
+                tickets, self._queue, self._queued_bytes = self._queue, [], 0
+                self._publish_queue_locked()
+            if not tickets:
+                return
+            self._metrics.inc("drains")
+            groups: dict[str, list[UploadTicket]] = {}
+            for ticket in tickets:
+                groups.setdefault(ticket.owner.directory, []).append(ticket)
+            await asyncio.gather(*(self._upload_file(directory, group)
+                                   for directory, group in groups.items()))
+
+    async def _upload_file(self, directory: str, tickets: list[UploadTicket]) -> None:
+        by_owner: dict[TicketOwner, list[ChangeSet]] = {}
+        for ticket in tickets:
+            by_owner.setdefault(ticket.owner, []).extend(ticket.change_sets)
+        owners = list(by_owner)
+        stem = owners[0].claim_file_stem() if len(owners) == 1 else None
+        path = join_key(directory, (stem or uuid.uuid4().hex) + FILE_SUFFIX)
+        logs = [(owner.log_header(), sorted(sets, key=lambda cs: cs.sqn))
+                for owner, sets in by_owner.items()]
+        count = sum(len(sets) for sets in by_owner.values())
+        try:
+            data, frames = await self._encode(logs, sum(t.size for t in tickets))
+            await self._uploader.upload(path, data, hedge=True)
+        except BaseException as exc:
+            self._fail(path, tickets, exc)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            return
+        finally:
+            for ticket in tickets:
+                self._limiter.release(ticket.size)
+        self._metrics.file_written(len(owners), count)
+        log.debug("uploaded %r: %d log(s), %d change set(s), %d bytes",
+                  path, len(owners), count, len(data))
+        self._refs.register(path, count)
+        for ticket in tickets:
+            try:
+                segments = {cs.sqn: frames[(cs.log_id, cs.sqn)].with_path(path)
+                            for cs in ticket.change_sets}
+                ticket.owner.on_ticket_uploaded(ticket, path, segments)
+            except Exception as exc:  # a bug, but no persist may wait forever on it
+                log.exception("bookkeeping of uploaded %r failed", path)
+                ticket.future.set_exception(exc)
+            else:
+                ticket.future.set_result(segments)
+
+    async def _encode(self, logs: list[tuple[LogHeader, list[ChangeSet]]],
+                      size: int) -> tuple[bytes, dict[tuple[str, int], _Frame]]:
+        options = self._options
+
+        def encode() -> tuple[bytes, dict[tuple[str, int], _Frame]]:
+            encoded = encode_file(self._writer_id, logs, options.compression,
+                                  options.compression_level)
+            frames = {(f.log_id, f.sqn): _Frame(f.sqn, f.offset, f.length, f.key_groups)
+                      for f in encoded.frames}
+            return encoded.data, frames
+
+        if size >= ENCODE_IN_THREAD_BYTES:
+            return await asyncio.to_thread(encode)
+        return encode()
+
+    def _fail(self, path: str, tickets: list[UploadTicket], exc: BaseException) -> None:
+        if isinstance(exc, UploadFailedError):
+            error = exc
+        else:
+            error = UploadFailedError(f"upload of {path!r} failed: {exc!r}", path)
+            error.__cause__ = exc
+        if not isinstance(exc, UploadFailedError):  # the uploader counts its own failures
+            self._metrics.inc("upload_failures")
+        log.warning("changelog upload of %r failed; its change sets wait for a later persist: "
+                    "%s", path, exc)
+        for ticket in tickets:
+            ticket.owner.on_ticket_failed(ticket)
+            ticket.future.set_exception(error)
+
+    async def aflush(self) -> None:
+        """Drain the queue now and wait for every upload in flight (bound it from outside)."""
+        self._flushing = True
+        try:
+            with self._lock:
+                queued = bool(self._queue)
+            if queued:
+                self._start_drain()
+            while self._tasks:
+                await asyncio.wait(set(self._tasks))
+        finally:
+            self._flushing = False
+
+    def close(self) -> None:
+        """Refuse new tickets; tickets already queued are still drained by aflush."""
+        with self._lock:
+            self._closed = True
+
+    @property
+    def queue_length(self) -> int:
+        with self._lock:
+            return len(self._queue)
+
+
+@dataclass(frozen=True)
+class _Frame:
+    sqn: int
+    offset: int
+    length: int
+    key_groups: tuple[int, ...]
+
+    def with_path(self, path: str) -> Segment:
+        return Segment(self.sqn, self.sqn + 1, path, self.offset, self.length, self.key_groups)
