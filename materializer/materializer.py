@@ -1,0 +1,233 @@
+"""Materializer: schedules, takes, uploads and restores RocksDB snapshots for many stores."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+import uuid
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from typing import Any
+
+from rocksdict import Rdict
+
+from materializer.cache import FileCache
+from materializer.checksum import ChecksumCache
+from materializer.dedup import UploadedFiles
+from materializer.errors import (
+    ManifestError,
+    MaterializerClosedError,
+    MaterializerConfigError,
+    MaterializerError,
+    StoreNotRegisteredError,
+)
+from materializer.handle import MaterializedHandle, SnapshotRequest
+from materializer.job import SnapshotJob
+from materializer.listing import aread_manifest
+from materializer.local import owned_checkpoint_root, take_checkpoint
+from materializer.manifest import SnapshotManifest
+from materializer.metrics import Metrics
+from materializer.names import check_remote_dir, local_dir_name
+from materializer.options import MaterializerOptions
+from materializer.remote import RemoteFiles
+from materializer.restore import RestoredSnapshot, SnapshotRestorer
+from materializer.schedule import Decision, StoreSchedule
+from materializer.uploader import SnapshotUploader
+
+COUNTERS = (
+    "snapshots_started", "snapshots_succeeded", "snapshots_failed", "checkpoint_seconds_total",
+    "files_uploaded", "bytes_uploaded", "files_reused", "bytes_reused", "reused_missing",
+    "file_upload_failures", "decisions_periodic", "decisions_backstop", "backstop_wait_seconds",
+    "restores", "restore_seconds_total", "restore_files_downloaded", "restore_bytes_downloaded",
+    "restore_files_from_cache", "cache_corrupt_entries",
+)
+
+
+class Materializer:
+    """One per process (or backend); thread-safe.
+
+    Call `should_snapshot` once per commit (it counts commits), and when it says so call
+    `snapshot` at that commit boundary. Completed snapshots are reported by `poll`.
+    """
+
+    def __init__(self, storage: RemoteFiles, options: MaterializerOptions,
+                 local_dir: str) -> None:
+        self._storage = storage
+        self._options = options
+        self._local_dir = os.path.abspath(local_dir)
+        self._checkpoint_root = owned_checkpoint_root(os.path.join(self._local_dir,
+                                                                   "checkpoints"))
+        self._cache_root = os.path.abspath(options.cache_dir or
+                                           os.path.join(self._local_dir, "cache"))
+        self._metrics = Metrics(COUNTERS)
+        self._checksums = ChecksumCache()
+        self._uploaded = UploadedFiles()
+        self._uploader = SnapshotUploader(storage, self._uploaded, self._checksums,
+                                          self._metrics, options.upload_parallelism)
+        self._restorer = SnapshotRestorer(storage, options.restore_parallelism,
+                                          self._checksums, self._metrics)
+        self._pool = ThreadPoolExecutor(options.worker_threads,
+                                        thread_name_prefix="dstl-materializer")
+        self._stores: dict[str, StoreSchedule] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @property
+    def options(self) -> MaterializerOptions:
+        return self._options
+
+    # --- registration ----------------------------------------------------------------------
+
+    def register(self, store_id: str, remote_dir: str) -> None:
+        """Schedule `store_id`; its snapshots go under `remote_dir` (e.g. 'state/op/3')."""
+        if not isinstance(store_id, str) or not store_id:
+            raise MaterializerConfigError(f"invalid store id {store_id!r}")
+        remote = check_remote_dir(remote_dir)
+        with self._lock:
+            self._check_open()
+            existing = self._stores.get(store_id)
+            if existing is not None:
+                if existing.remote_dir != remote:
+                    raise MaterializerConfigError(
+                        f"store {store_id!r} is registered with remote directory "
+                        f"{existing.remote_dir!r}, not {remote!r}")
+                return
+            self._stores[store_id] = StoreSchedule.create(store_id, remote, self._options,
+                                                          time.monotonic())
+
+    def unregister(self, store_id: str) -> None:
+        """Stop scheduling; snapshots in flight still finish. Forgets the store's reusable files."""
+        with self._lock:
+            self._stores.pop(store_id, None)
+        self._uploaded.forget(store_id)
+
+    # --- scheduling ------------------------------------------------------------------------
+
+    def should_snapshot(self, store_id: str, unmaterialized_bytes: int,
+                        now: float | None = None) -> Decision:
+        """Call once per commit: counts the commit and decides.
+
+        NO while a snapshot of the store is in flight, except BACKSTOP, which first waits for
+        the in-flight one. Raises MaterializationFailedError past the failure limit.
+        """
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            schedule = self._schedule(store_id)
+            schedule.check_failures()
+            decision = schedule.decide(unmaterialized_bytes, now)
+            waiting = list(schedule.in_flight) if decision is Decision.BACKSTOP else []
+        if decision is not Decision.NO:
+            self._metrics.add(f"decisions_{decision.value}")
+        if waiting:
+            started = time.monotonic()
+            wait(waiting)
+            self._metrics.add("backstop_wait_seconds", time.monotonic() - started)
+            with self._lock:
+                schedule.check_failures()
+        return decision
+
+    def snapshot(self, db: Rdict, request: SnapshotRequest) -> Future[MaterializedHandle]:
+        """Checkpoint `db` now (caller guarantees no writes meanwhile); upload in the background."""
+        with self._lock:
+            self._check_open()
+            schedule = self._schedule(request.store_id)
+        directory = os.path.join(
+            self._checkpoint_root,
+            f"{local_dir_name(request.store_id)}-{request.version}-{uuid.uuid4().hex[:12]}")
+        started = time.monotonic()
+        try:
+            checkpoint = take_checkpoint(db, directory)
+        except MaterializerError as exc:
+            with self._lock:
+                schedule.failed(None, exc)
+            self._metrics.add("snapshots_failed")
+            raise
+        elapsed = time.monotonic() - started
+        self._metrics.add("checkpoint_seconds_total", elapsed)
+        self._metrics.set("last_checkpoint_seconds", elapsed)
+        self._metrics.add("snapshots_started")
+        future: Future[MaterializedHandle] = Future()
+        with self._lock:
+            schedule.started(future, time.monotonic())
+        try:
+            self._pool.submit(SnapshotJob(self._uploader, schedule, self._lock, self._metrics,
+                                          checkpoint, request, future))
+        except RuntimeError as exc:  # pool shut down by a concurrent close()
+            checkpoint.remove()
+            with self._lock:
+                schedule.abandoned(future)
+            raise MaterializerClosedError("the materializer is closed") from exc
+        return future
+
+    def poll(self, store_id: str) -> MaterializedHandle | None:
+        """The newest snapshot completed since the last poll, or None."""
+        with self._lock:
+            schedule = self._schedule(store_id)
+            schedule.check_failures()
+            return schedule.take_completed()
+
+    # --- restore ---------------------------------------------------------------------------
+
+    def read_manifest(self, path: str) -> SnapshotManifest:
+        return self._storage.loop.run(aread_manifest(self._storage, path))
+
+    def restore(self, store_id: str, manifest_path: str, target_dir: str) -> RestoredSnapshot:
+        """Rebuild the snapshot in `target_dir` (created; must be empty). Open it with open_db."""
+        with self._lock:
+            self._check_open()
+        started = time.monotonic()
+        manifest = self.read_manifest(manifest_path)
+        if manifest.store_id != store_id:
+            raise ManifestError(f"manifest belongs to store {manifest.store_id!r}, "
+                                f"not {store_id!r}", manifest_path)
+        cache = FileCache(os.path.join(self._cache_root, local_dir_name(store_id)),
+                          self._metrics)
+        restored = self._restorer.restore(manifest, cache, target_dir)
+        for file in manifest.files:  # verified bytes: safe to reuse in later snapshots
+            self._uploaded.add(store_id, file.key, file.dfs_path)
+        elapsed = time.monotonic() - started
+        self._metrics.add("restores")
+        self._metrics.add("restore_seconds_total", elapsed)
+        self._metrics.set("last_restore_seconds", elapsed)
+        return restored
+
+    # --- introspection and shutdown --------------------------------------------------------
+
+    def metrics_snapshot(self) -> dict[str, Any]:
+        result: dict[str, Any] = dict(self._metrics.snapshot())
+        result["checksum_cache_hits"] = self._checksums.hits
+        result["checksum_cache_misses"] = self._checksums.misses
+        with self._lock:
+            result["in_flight"] = sum(len(s.in_flight) for s in self._stores.values())
+            result["stores"] = {store_id: s.summary() for store_id, s in self._stores.items()}
+        return result
+
+    def close(self, timeout: float = 60.0) -> None:
+        """Wait up to `timeout` s for snapshots in flight, then stop the worker pool."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            in_flight = [f for s in self._stores.values() for f in s.in_flight]
+        _, not_done = wait(in_flight, timeout=timeout)
+        self._pool.shutdown(wait=not not_done, cancel_futures=True)
+        if not not_done:
+            shutil.rmtree(self._checkpoint_root, ignore_errors=True)
+
+    def __enter__(self) -> Materializer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _schedule(self, store_id: str) -> StoreSchedule:
+        schedule = self._stores.get(store_id)
+        if schedule is None:
+            raise StoreNotRegisteredError(f"store {store_id!r} is not registered "
+                                          f"with the materializer")
+        return schedule
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise MaterializerClosedError("the materializer is closed")

@@ -1,0 +1,27 @@
+"""RemoteFiles: the slice of changelog's ChangelogStorage the materializer relies on."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from changelog.loop import EventLoopThread
+from changelog.storage.base import ObjectInfo
+
+
+class RemoteFiles(Protocol):
+    """Retrying, create-only object access plus the loop it runs on.
+
+    A structural type, so `changelog.storage_service.ChangelogStorage` fits without the
+    materializer importing it. Paths are keys relative to the storage root.
+    """
+
+    @property
+    def loop(self) -> EventLoopThread: ...
+
+    async def aput(self, path: str, data: bytes, *, hedge: bool = False) -> str: ...
+
+    async def aget(self, path: str, start: int = 0, end: int | None = None) -> bytes: ...
+
+    async def alist(self, prefix: str) -> list[ObjectInfo]: ...
+
+    async def adelete_many(self, paths: list[str]) -> None: ...

@@ -1,0 +1,106 @@
+"""When to snapshot one store: every N commits, every interval, or at once past a backstop."""
+
+from __future__ import annotations
+
+import enum
+import zlib
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+from materializer.errors import MaterializationFailedError
+from materializer.handle import MaterializedHandle
+from materializer.options import MaterializerOptions
+
+
+class Decision(enum.Enum):
+    NO = "no"
+    PERIODIC = "periodic"
+    BACKSTOP = "backstop"
+
+
+def first_delay(store_id: str, interval: float) -> float:
+    """A stable fraction of one interval, so stores registered together do not snapshot together.
+
+    CRC-32 rather than hash(): Python's str hash changes per process.
+    """
+    return interval * (zlib.crc32(store_id.encode()) % 10_000) / 10_000
+
+
+@dataclass
+class StoreSchedule:
+    """Per-store state; the Materializer holds its lock around every call."""
+
+    store_id: str
+    remote_dir: str
+    options: MaterializerOptions
+    next_due: float | None
+    commits: int = 0
+    failures: int = 0
+    last_error: BaseException | None = None
+    in_flight: set[Future[MaterializedHandle]] = field(default_factory=set)
+    completed: MaterializedHandle | None = None
+
+    @classmethod
+    def create(cls, store_id: str, remote_dir: str, options: MaterializerOptions,
+               now: float) -> StoreSchedule:
+        due = None if options.interval is None else now + first_delay(store_id,
+                                                                       options.interval)
+        return cls(store_id, remote_dir, options, due)
+
+    def check_failures(self) -> None:
+        """Raise once more snapshots failed in a row than `max_consecutive_failures` allows."""
+        if self.failures > self.options.max_consecutive_failures:
+            raise MaterializationFailedError(self.store_id, self.failures, self.last_error)
+
+    def decide(self, unmaterialized_bytes: int, now: float) -> Decision:
+        """Count one commit and say whether to snapshot now (ignores what is in flight)."""
+        self.commits += 1
+        if unmaterialized_bytes >= self.options.backstop_bytes:
+            return Decision.BACKSTOP
+        if self.in_flight:
+            return Decision.NO
+        n = self.options.every_n_commits
+        if n is not None and self.commits >= n:
+            return Decision.PERIODIC
+        if self.next_due is not None and now >= self.next_due:
+            return Decision.PERIODIC
+        return Decision.NO
+
+    def started(self, future: Future[MaterializedHandle], now: float) -> None:
+        self.in_flight.add(future)
+        self.commits = 0
+        if self.options.interval is not None:
+            self.next_due = now + self.options.interval
+
+    def succeeded(self, future: Future[MaterializedHandle], handle: MaterializedHandle) -> None:
+        self.in_flight.discard(future)
+        self.failures = 0
+        self.last_error = None
+        if self.completed is None or _newer(handle, self.completed):
+            self.completed = handle
+
+    def failed(self, future: Future[MaterializedHandle] | None, error: BaseException) -> None:
+        if future is not None:
+            self.in_flight.discard(future)
+        self.failures += 1
+        self.last_error = error
+
+    def abandoned(self, future: Future[MaterializedHandle]) -> None:
+        """The caller cancelled the snapshot before it ran: neither success nor failure."""
+        self.in_flight.discard(future)
+
+    def summary(self) -> dict[str, int | bool]:
+        return {
+            "in_flight": len(self.in_flight),
+            "commits_since_snapshot": self.commits,
+            "consecutive_failures": self.failures,
+            "pending_report": self.completed is not None,
+        }
+
+    def take_completed(self) -> MaterializedHandle | None:
+        handle, self.completed = self.completed, None
+        return handle
+
+
+def _newer(a: MaterializedHandle, b: MaterializedHandle) -> bool:
+    return (a.version, a.sqn) >= (b.version, b.sqn)
