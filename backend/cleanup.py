@@ -1,0 +1,174 @@
+"""Retention and cleanup: delete what no retained checkpoint needs, below the retained range.
+
+Per store, from the retained CheckpointInfos (the newest min_batches_to_retain commit log
+entries, plus any in-flight infos the caller knows of):
+- referenced: every changelog file of their handles, their snapshot manifests, and every
+  file the kept manifests name (kept: referenced, or at or above the floor);
+- the floor is the oldest retained version, lowered to the version of a snapshot the newest
+  checkpoint reports in flight whose manifest has not landed yet;
+- every file carries a version in its name (changelogs and manifests: the commit; snapshot
+  data files under sst/ and meta/: the snapshot that first uploaded them). A file goes when it
+  is not referenced and its version is below the floor. Files at or above the floor may belong
+  to attempts or snapshot uploads still running, so they stay until the floor passes them;
+  that is also how an orphan of a crashed attempt eventually goes.
+Data files go before the manifests that name them, so an interrupted run can be repeated.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from backend.checkpoint import CheckpointInfo
+from backend.commit_log import CommitEntry, CommitLog
+from backend.faults import kill_point
+from backend.listing import StoreDirListing, list_stores
+from changelog.storage.base import ObjectInfo
+from materializer.errors import MaterializerError
+from materializer.listing import aread_manifest
+from materializer.manifest import SnapshotManifest
+from materializer.names import parse_uploaded_version
+from materializer.remote import RemoteFiles
+
+
+@dataclass
+class StoreCleanup:
+    store_id: str
+    floor: int  # files below it go unless referenced
+    delete: list[ObjectInfo] = field(default_factory=list)
+    references: Counter[str] = field(default_factory=Counter)
+    unrecognized: list[str] = field(default_factory=list)  # data files without a version
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass
+class CleanupReport:
+    dry_run: bool
+    stores: list[StoreCleanup] = field(default_factory=list)
+    commit_entries: list[ObjectInfo] = field(default_factory=list)
+    unknown_stores: list[str] = field(default_factory=list)
+
+    @property
+    def files(self) -> list[str]:
+        return ([info.path for store in self.stores for info in store.delete]
+                + [info.path for info in self.commit_entries])
+
+    @property
+    def bytes(self) -> int:
+        return (sum(info.size for store in self.stores for info in store.delete)
+                + sum(info.size for info in self.commit_entries))
+
+    @property
+    def problems(self) -> list[str]:
+        return [problem for store in self.stores for problem in store.problems]
+
+
+class Cleaner:
+    def __init__(self, storage: RemoteFiles) -> None:
+        self._storage = storage
+
+    def run(self, entries: Sequence[CommitEntry], *, in_flight: Iterable[CheckpointInfo] = (),
+            commit_log: CommitLog | None = None, dry_run: bool = True) -> CleanupReport:
+        """Clean every store the retained `entries` name; delete nothing when dry_run."""
+        report = CleanupReport(dry_run)
+        retained: dict[str, list[CheckpointInfo]] = {}
+        for entry in entries:
+            for info in entry.infos():
+                retained.setdefault(info.store_id, []).append(info)
+        extra: dict[str, list[CheckpointInfo]] = {}
+        for info in in_flight:
+            extra.setdefault(info.store_id, []).append(info)
+        for store_id, listing in list_stores(self._storage).items():
+            if store_id not in retained:
+                report.unknown_stores.append(store_id)
+                continue
+            report.stores.append(self.plan_store(listing, retained[store_id],
+                                                 extra.get(store_id, [])))
+        if commit_log is not None and entries:
+            report.commit_entries = commit_log.obsolete(min(e.batch_id for e in entries))
+        if not dry_run:
+            self._delete(report)
+        return report
+
+    def plan_store(self, listing: StoreDirListing, committed: list[CheckpointInfo],
+                   in_flight: list[CheckpointInfo]) -> StoreCleanup:
+        infos = committed + in_flight
+        plan = StoreCleanup(listing.store_id, _floor(listing, committed, infos))
+        for info in infos:  # a reference count per file: how many retained things name it
+            plan.references.update(info.changelog.paths)
+            if info.materialized is not None:
+                plan.references[info.materialized.manifest_path] += 1
+        referenced_manifests = {path for path in plan.references if path.endswith(".snapshot")}
+        in_range = {obj.path for name, obj in listing.manifests if name.version >= plan.floor}
+        manifests = self._read_manifests(referenced_manifests | in_range, plan)
+        if plan.problems:
+            return plan
+        for path in referenced_manifests | in_range:
+            if path not in referenced_manifests:
+                plan.references[path] += 1  # an attempt in the retained range may adopt it
+            plan.references.update(f.dfs_path for f in manifests[path].files)
+        for obj in listing.data_files:
+            version = parse_uploaded_version(posixpath.basename(obj.path))
+            if version is None:
+                plan.unrecognized.append(obj.path)
+            elif not plan.references[obj.path] and version < plan.floor:
+                plan.delete.append(obj)
+        for name, obj in [*listing.manifests, *listing.changelogs]:
+            if not plan.references[obj.path] and name.version < plan.floor:
+                plan.delete.append(obj)
+        return plan
+
+    def _read_manifests(self, paths: set[str], plan: StoreCleanup) -> dict[str, SnapshotManifest]:
+        """The kept manifests; one that cannot be read stops the store's cleanup (the data
+        files it names are unknown)."""
+        manifests: dict[str, SnapshotManifest] = {}
+        for path in sorted(paths):
+            try:
+                manifests[path] = self._storage.loop.run(aread_manifest(self._storage, path))
+            except MaterializerError as exc:
+                plan.problems.append(f"store {plan.store_id!r}: snapshot manifest {path!r} "
+                                     f"cannot be read, the store is not cleaned: {exc}")
+        return manifests
+
+    def _delete(self, report: CleanupReport) -> None:
+        for store in report.stores:
+            # data files first, then manifests, then changelogs: a rerun finds what is left
+            order = {"data": 0, "snapshot": 1, "changelog": 2}
+            paths = sorted((info.path for info in store.delete),
+                           key=lambda p: order[_kind(p)])
+            if paths:
+                kill_point("cleanup_delete")
+                self._storage.loop.run(self._storage.adelete_many(paths))
+        if report.commit_entries:
+            kill_point("cleanup_delete")
+            self._storage.loop.run(self._storage.adelete_many(
+                [info.path for info in report.commit_entries]))
+
+
+def _floor(listing: StoreDirListing, committed: list[CheckpointInfo],
+           infos: list[CheckpointInfo]) -> int:
+    """Oldest retained version, or the version of a snapshot still uploading if older."""
+    floor = min(info.version for info in committed)
+    pending = max(infos, key=lambda info: info.version).pending_snapshot
+    if pending is not None and listing.manifest_of(*pending) is None:
+        floor = min(floor, pending[0])
+    return floor
+
+
+def _kind(path: str) -> str:
+    if path.endswith(".snapshot"):
+        return "snapshot"
+    if path.endswith(".changelog"):
+        return "changelog"
+    return "data"
+
+
+def cleanup_checkpoint(storage: RemoteFiles, retain: int, *, dry_run: bool = True,
+                       in_flight: Iterable[CheckpointInfo] = ()) -> CleanupReport:
+    """Keep the newest `retain` commit log entries and what they need; clean the rest."""
+    commit_log = CommitLog(storage)
+    entries = commit_log.retained(retain)
+    return Cleaner(storage).run(entries, in_flight=in_flight, commit_log=commit_log,
+                                dry_run=dry_run)

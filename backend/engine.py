@@ -1,0 +1,61 @@
+"""Engine: where a store instance keeps its state locally (RocksDB or a dict).
+
+The providers differ only in their engine; the changelog, the snapshots (always RocksDB files)
+and the lineage rules are shared, so both behave the same from the outside.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager
+
+from rocksdict import Rdict
+
+from backend.records import CF_SEPARATOR
+
+Write = tuple[bytes, bytes | None]  # physical key, value or None for a delete
+
+
+class Engine(ABC):
+    """Physical keys are cf + NUL + user key; scans return keys in ascending byte order."""
+
+    @abstractmethod
+    def get(self, raw: bytes) -> bytes | None: ...
+
+    @abstractmethod
+    def multi_get(self, raws: list[bytes]) -> list[bytes | None]: ...
+
+    @abstractmethod
+    def apply(self, writes: Iterable[Write]) -> None:
+        """Apply the writes atomically, in order."""
+
+    @abstractmethod
+    def scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """Every (physical key, value) starting with `prefix`, from a consistent view."""
+
+    @abstractmethod
+    def first_key_from(self, start: bytes) -> bytes | None:
+        """The smallest physical key >= start, or None."""
+
+    @abstractmethod
+    def rocksdb_view(self) -> AbstractContextManager[Rdict]:
+        """A RocksDB holding exactly this state, for the materializer's checkpoint."""
+
+    @abstractmethod
+    def estimated_keys(self) -> int: ...
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def column_families(self) -> list[str]:
+        """Names of the column families holding at least one key, by seeking past each."""
+        names: list[str] = []
+        key = self.first_key_from(b"")
+        while key is not None:
+            cf, sep, _ = key.partition(CF_SEPARATOR)
+            if not sep:
+                break
+            names.append(cf.decode())
+            key = self.first_key_from(cf + b"\x01")
+        return names

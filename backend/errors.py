@@ -1,0 +1,43 @@
+"""Exceptions of the backend; everything raised here derives from BackendError.
+
+Errors from the changelog and materializer packages are chained as `__cause__` when the backend
+turns them into one of these, so a caller can catch one root per package.
+"""
+
+from __future__ import annotations
+
+
+class BackendError(Exception):
+    """Root of every error the backend package raises."""
+
+
+class StoreIdError(BackendError, ValueError):
+    """An operator name, partition or unique id cannot be used in a store path."""
+
+
+class LineageError(BackendError):
+    """The files of a store do not form the expected linear history; names store and version."""
+
+
+class CorruptCheckpointError(BackendError):
+    """A checkpoint file or record is unreadable or inconsistent; names the file."""
+
+
+class ProviderError(BackendError):
+    """A provider class path cannot be loaded or is not a StateStoreProvider."""
+
+
+class CommitLogError(BackendError):
+    """A commit log entry cannot be written or read; names the entry."""
+
+
+class CommitLogCorruptError(CommitLogError):
+    """A commit log entry exists but fails its magic, version or checksum; names the entry."""
+
+
+class StateStoreClosedError(BackendError):
+    """The store (or its provider) was committed, aborted or closed and cannot be used."""
+
+
+class StoreLockedError(BackendError):
+    """Another process holds the local directory lock of the store."""

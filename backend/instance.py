@@ -1,0 +1,136 @@
+"""StoreInstance: one loaded copy of a store and where it stands in its lineage.
+
+It owns the engine and the changelog writer, turns a transaction's writes into changelog
+payloads, and at commit makes them durable, adopts a finished snapshot (FLIP-158: the
+checkpoint then needs only the changelog after the snapshot's SQN, and the writer truncates
+what lies before) and asks the materializer whether to start the next one.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from backend.checkpoint import CheckpointInfo, Lineage
+from backend.context import RootContext
+from backend.engine import Engine
+from backend.errors import BackendError
+from backend.faults import kill_point
+from backend.lineage import HeaderMeta, SnapshotRef
+from backend.naming import checkpoint_label, split_store_id
+from backend.position import Position
+from backend.records import OP_PUT, Record, VersionMarker, encode_payload
+from backend.snapshots import SnapshotTracker
+from changelog.errors import ChangelogError
+from changelog.writer import ChangelogWriter
+from materializer.handle import MaterializedHandle
+
+
+@dataclass
+class InstanceMetrics:
+    commits: int = 0
+    flushes: int = 0
+    records: int = 0
+    payload_bytes: int = 0
+    last_commit_seconds: float = 0.0
+    truncated_files: list[str] = field(default_factory=list)
+
+
+class StoreInstance:
+    def __init__(self, context: RootContext, store_id: str, instance_dir: str, engine: Engine,
+                 writer: ChangelogWriter, position: Position) -> None:
+        self.context = context
+        self.store_id = store_id
+        self.instance_dir = instance_dir
+        self.engine = engine
+        self.writer = writer
+        self.position = position
+        self.dirty = False
+        self.snapshots = SnapshotTracker(context, store_id)
+        self.metrics = InstanceMetrics()
+        self._partition = split_store_id(store_id)[1]
+
+    def matches(self, version: int, unique_id: str | None) -> bool:
+        return (not self.dirty and self.position.version == version
+                and self.position.unique_id == unique_id)
+
+    # --- one transaction ------------------------------------------------------------------------
+
+    def begin(self, unique_id: str) -> VersionMarker:
+        """Name the files of the coming commit before anything of it can be uploaded."""
+        position = self.position
+        marker = VersionMarker(position.version + 1, unique_id, position.unique_id)
+        self._set_header(marker, position.materialized, position.lineage)
+        return marker
+
+    def write(self, marker: VersionMarker, drained: list[tuple[bytes, Record]]) -> None:
+        """Apply a flush to the engine and append it to the changelog as one payload."""
+        self.engine.apply((raw, record[3] if record[0] == OP_PUT else None)
+                          for raw, record in drained)
+        payload = encode_payload(marker, [record for _, record in drained])
+        self.writer.append(self._partition, payload)
+        self.metrics.flushes += 1
+        self.metrics.records += len(drained)
+        self.metrics.payload_bytes += len(payload)
+
+    def commit(self, marker: VersionMarker, drained: list[tuple[bytes, Record]],
+               materialize: bool = False) -> CheckpointInfo:
+        """Final flush, durable changelog, snapshot bookkeeping; returns the checkpoint info."""
+        started = time.monotonic()
+        base = self.position
+        adopted = self.snapshots.finished(base, marker.version)
+        if adopted is not None:
+            base = base.on_snapshot(adopted)
+        self._set_header(marker, base.materialized, base.lineage)
+        self.write(marker, drained)
+        kill_point("changelog_persist_before")
+        try:
+            persisted = self.writer.persist(base.handle.to_sqn).result()
+        except ChangelogError as exc:
+            self.dirty = True
+            raise BackendError(f"store {self.store_id!r}: commit of version {marker.version} "
+                               f"({marker.unique_id}) could not persist its changelog: "
+                               f"{exc}") from exc
+        kill_point("changelog_persist_after")
+        self.position = base.after_commit(marker.version, marker.unique_id, persisted)
+        if adopted is not None:
+            self._truncate(adopted)
+        snapshot = self.snapshots.maybe_start(self.engine, self.position,
+                                              self.writer.next_sqn(), materialize)
+        if snapshot is not None:
+            self.position = self.position.on_snapshot(snapshot)
+            self._truncate(snapshot)
+        self.metrics.commits += 1
+        self.metrics.last_commit_seconds = time.monotonic() - started
+        return self.info(marker.base_unique_id)
+
+    def _truncate(self, snapshot: MaterializedHandle) -> None:
+        """FLIP-158: the writer forgets what the snapshot holds; remote files stay for cleanup."""
+        self.metrics.truncated_files.extend(self.writer.truncate(snapshot.sqn))
+
+    # --- reporting and shutdown -----------------------------------------------------------------
+
+    def info(self, base_unique_id: str | None) -> CheckpointInfo:
+        position = self.position
+        if position.unique_id is None:
+            raise BackendError(f"store {self.store_id!r}: version 0 has no checkpoint info")
+        return CheckpointInfo(self.store_id, position.version, position.unique_id,
+                              base_unique_id, position.handle, position.materialized,
+                              position.lineage, self.snapshots.in_flight)
+
+    def _set_header(self, marker: VersionMarker, materialized: MaterializedHandle | None,
+                    lineage: Lineage) -> None:
+        snapshot = None if materialized is None else SnapshotRef(
+            materialized.version, materialized.unique_id, materialized.sqn,
+            materialized.manifest_path)
+        header = HeaderMeta(self.store_id, marker.version, marker.unique_id,
+                            marker.base_unique_id, lineage, snapshot)
+        self.writer.set_header(header.to_dict(),
+                               label=checkpoint_label(marker.version, marker.unique_id))
+
+    def close(self) -> None:
+        """Close writer and engine; snapshots in flight finish on their own."""
+        try:
+            self.writer.close()
+        finally:
+            self.engine.close()

@@ -1,0 +1,129 @@
+"""BackendOptions: the state store's own knobs plus the changelog's and the materializer's."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from changelog.config import ChangelogOptions
+from changelog.errors import ConfigError
+from changelog.units import parse_duration, parse_size
+from materializer.options import MaterializerOptions
+
+MB = 1024 * 1024
+CONF_PREFIX = "spark.dstl."
+DEFAULT_PROVIDER = "backend.rocksdb_provider.RocksDBChangelogProvider"
+CHANGELOG_SECTION = "changelog."
+MATERIALIZATION_SECTION = "materialization."
+
+
+def default_local_dir() -> str:
+    return os.path.join(tempfile.gettempdir(), "pyspark-dstl")
+
+
+@dataclass(frozen=True)
+class BackendOptions:
+    """Sizes in bytes, durations in seconds. `CONF_KEYS` maps each own field to its conf key."""
+
+    provider_class: str = DEFAULT_PROVIDER
+    min_batches_to_retain: int = 100
+    local_dir: str = field(default_factory=default_local_dir)
+    lock_timeout: float = 30.0
+    tx_cache_max_entries: int = 100_000
+    tx_cache_max_bytes: int = 64 * MB
+    write_buffer_size: int = 64 * MB
+    block_cache_size: int = 128 * MB
+    max_background_jobs: int = 2
+    changelog: ChangelogOptions = field(default_factory=ChangelogOptions)
+    materialization: MaterializerOptions = field(default_factory=MaterializerOptions)
+
+    def __post_init__(self) -> None:
+        def fail(name: str, why: str) -> None:
+            raise ConfigError(f"{CONF_PREFIX}{CONF_KEYS[name]} ({name}): {why}, "
+                              f"got {getattr(self, name)!r}")
+
+        if not self.provider_class or "." not in self.provider_class:
+            fail("provider_class", "must be a 'module.Class' path")
+        if not self.local_dir or not self.local_dir.strip():
+            fail("local_dir", "must not be blank")
+        if self.lock_timeout < 0:
+            fail("lock_timeout", "must not be negative")
+        for name in ("min_batches_to_retain", "tx_cache_max_entries", "tx_cache_max_bytes",
+                     "write_buffer_size", "block_cache_size", "max_background_jobs"):
+            if getattr(self, name) < 1:
+                fail(name, "must be positive")
+
+    def with_changes(self, **changes: Any) -> BackendOptions:
+        return replace(self, **changes)
+
+    @classmethod
+    def from_conf(cls, conf: Mapping[str, Any], prefix: str = CONF_PREFIX,
+                  other_sections: Iterable[str] = ()) -> BackendOptions:
+        """Options from string settings such as Spark conf.
+
+        Every key under `prefix` must be known, except those under one of `other_sections`
+        (sub-prefixes that another component reads, e.g. "query.").
+        """
+        foreign = tuple(prefix + section for section in other_sections)
+        by_key = {key: name for name, key in CONF_KEYS.items()}
+        changes: dict[str, Any] = {}
+        for full_key, raw in conf.items():
+            if not full_key.startswith(prefix) or full_key.startswith(foreign):
+                continue
+            key = full_key[len(prefix):]
+            if key.startswith((CHANGELOG_SECTION, MATERIALIZATION_SECTION)):
+                continue
+            if key not in by_key:
+                raise ConfigError(f"{full_key}: unknown setting (known: "
+                                  f"{', '.join(sorted(prefix + k for k in by_key))}, and "
+                                  f"{prefix}{CHANGELOG_SECTION}* / "
+                                  f"{prefix}{MATERIALIZATION_SECTION}*)")
+            changes[by_key[key]] = _PARSERS[by_key[key]](raw, full_key)
+        changes["changelog"] = ChangelogOptions.from_conf(conf, prefix + CHANGELOG_SECTION)
+        changes["materialization"] = MaterializerOptions.from_conf(
+            conf, prefix + MATERIALIZATION_SECTION)
+        return cls(**changes)
+
+
+def _int(raw: Any, key: str) -> int:
+    if isinstance(raw, bool):
+        raise ConfigError(f"{key}: expected an integer, got {raw!r}")
+    try:
+        return int(str(raw).strip())
+    except ValueError as exc:
+        raise ConfigError(f"{key}: expected an integer, got {raw!r}") from exc
+
+
+def _text(raw: Any, key: str) -> str:
+    text = str(raw).strip()
+    if not text:
+        raise ConfigError(f"{key}: must not be blank")
+    return text
+
+
+CONF_KEYS: dict[str, str] = {
+    "provider_class": "stateStore.providerClass",
+    "min_batches_to_retain": "stateStore.minBatchesToRetain",
+    "local_dir": "stateStore.localDir",
+    "lock_timeout": "stateStore.lockTimeout",
+    "tx_cache_max_entries": "stateStore.txCache.maxEntries",
+    "tx_cache_max_bytes": "stateStore.txCache.maxSize",
+    "write_buffer_size": "rocksdb.writeBufferSize",
+    "block_cache_size": "rocksdb.blockCacheSize",
+    "max_background_jobs": "rocksdb.maxBackgroundJobs",
+}
+
+_PARSERS: dict[str, Callable[[Any, str], Any]] = {
+    "provider_class": _text,
+    "min_batches_to_retain": _int,
+    "local_dir": _text,
+    "lock_timeout": parse_duration,
+    "tx_cache_max_entries": _int,
+    "tx_cache_max_bytes": parse_size,
+    "write_buffer_size": parse_size,
+    "block_cache_size": parse_size,
+    "max_background_jobs": _int,
+}

@@ -1,0 +1,100 @@
+"""The driver's commit log: create-only generations, checksums, retention."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from backend.checkpoint import CheckpointInfo
+from backend.commit_log import CommitEntry, OperatorCommit
+from backend.errors import CommitLogCorruptError, CommitLogError
+from changelog.handle import ChangelogHandle, Segment
+from tests.test_backend_support import BackendEnv, env  # noqa: F401 - fixture
+
+
+def info_of(partition: int, version: int, unique_id: str) -> CheckpointInfo:
+    store_id = f"agg/{partition}"
+    path = f"state/{store_id}/{version}_{unique_id}.changelog"
+    handle = ChangelogHandle.of(store_id, 0, 1, [Segment(0, 1, path, 120, 40, (partition,))])
+    return CheckpointInfo(store_id, version, unique_id, None if version == 1 else "base",
+                          handle, None, tuple((v, unique_id if v == version else "base")
+                                              for v in range(1, version + 1)))
+
+
+def entry(batch_id: int, unique_id: str = "aaaa", **extra: str) -> CommitEntry:
+    stores = {p: info_of(p, batch_id + 1, unique_id) for p in (0, 1)}
+    return CommitEntry(batch_id, {"agg": OperatorCommit(2, stores)}, extra=extra)
+
+
+def test_an_entry_reads_back_with_its_checkpoint_infos(env: BackendEnv) -> None:  # noqa: F811
+    log = env.commit_log()
+    written = entry(0, query="q1")
+    path = log.write(0, written)
+    assert path == "commits/0.0"
+    read = log.read(0)
+    assert read.to_dict() == written.to_dict()
+    assert [info.store_id for info in read.infos()] == ["agg/0", "agg/1"]
+
+
+def test_a_reexecuted_batch_writes_the_next_generation_and_readers_take_it(
+        env: BackendEnv) -> None:  # noqa: F811
+    log = env.commit_log()
+    log.write(3, entry(3, "first"))
+    assert log.write(3, entry(3, "second")) == "commits/3.1"
+    assert env.paths("commits/") == ["commits/3.0", "commits/3.1"]
+    assert next(log.read(3).infos()).unique_id == "second"
+
+
+def test_latest_is_the_highest_batch(env: BackendEnv) -> None:  # noqa: F811
+    log = env.commit_log()
+    assert log.latest() is None
+    for batch_id in (0, 1, 2, 10):
+        log.write(batch_id, entry(batch_id))
+    latest = log.latest()
+    assert latest is not None and latest[0] == 10 and latest[1].batch_id == 10
+    assert log.batch_ids() == [0, 1, 2, 10]
+
+
+def test_a_damaged_entry_is_reported_with_its_path(env: BackendEnv) -> None:  # noqa: F811
+    log = env.commit_log()
+    path = log.write(0, entry(0))
+    data = bytearray(env.storage.get(path))
+    data[data.index(b'"version": 1') + len(b'"version": ')] = ord("7")
+    env.replace(path, bytes(data))
+    with pytest.raises(CommitLogCorruptError, match=r"commits/0\.0.*fails its checksum"):
+        log.read(0)
+
+
+def test_an_unknown_format_version_is_refused(env: BackendEnv) -> None:  # noqa: F811
+    log = env.commit_log()
+    path = log.write(0, entry(0))
+    document = json.loads(env.storage.get(path))
+    document["format_version"] = 99
+    env.replace(path, json.dumps(document).encode())
+    with pytest.raises(CommitLogCorruptError, match="unsupported format version 99"):
+        log.latest()
+
+
+def test_obsolete_entries_are_older_batches_and_older_generations(
+        env: BackendEnv) -> None:  # noqa: F811
+    log = env.commit_log()
+    for batch_id in range(4):
+        log.write(batch_id, entry(batch_id))
+    log.write(2, entry(2, "again"))
+    assert sorted(info.path for info in log.obsolete(2)) == [
+        "commits/0.0", "commits/1.0", "commits/2.0"]
+    assert [e.batch_id for e in log.retained(2)] == [2, 3]
+
+
+def test_names_that_are_not_entries_are_ignored(env: BackendEnv) -> None:  # noqa: F811
+    log = env.commit_log()
+    log.write(1, entry(1))
+    env.storage.put("commits/notes.txt", b"hello")
+    env.storage.put("commits/01.0", b"not canonical")
+    assert log.batch_ids() == [1]
+
+
+def test_a_store_filed_under_the_wrong_partition_is_refused() -> None:
+    with pytest.raises(CommitLogError, match="store 'agg/1' holds info of 'agg/0'"):
+        CommitEntry(0, {"agg": OperatorCommit(2, {1: info_of(0, 1, "aaaa")})})

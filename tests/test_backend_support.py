@@ -1,0 +1,142 @@
+"""Helpers shared by the backend tests (no tests here): options, environments, a state model.
+
+Fixtures are plain functions of pytest's tmp_path / s3 fixtures, so any test file can import
+them; they build real backends on file:// or on the moto S3 server behind the fault proxy.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from backend.api import StateStore, StateStoreProvider
+from backend.commit_log import CommitEntry, CommitLog, OperatorCommit
+from backend.options import BackendOptions
+from backend.state_backend import StateBackend
+from changelog.config import ChangelogOptions
+from changelog.storage_service import ChangelogStorage
+from materializer.options import MaterializerOptions
+from tests.support import S3Env
+
+ROCKSDB = "backend.rocksdb_provider.RocksDBChangelogProvider"
+MEMORY = "backend.memory_provider.InMemoryProvider"
+PROVIDERS = [ROCKSDB, MEMORY]
+PROVIDER_IDS = ["rocksdb", "memory"]
+OPERATOR = "agg"
+
+# no automatic snapshots unless a test asks; no 10 ms batching wait in tests
+NO_SNAPSHOTS = MaterializerOptions(interval=None, every_n_commits=None,
+                                   backstop_bytes=1 << 40, worker_threads=2)
+
+
+@dataclass
+class BackendEnv:
+    """A checkpoint root plus everything needed to open backends on it and look inside."""
+
+    url: str
+    changelog: ChangelogOptions
+    local_dir: str
+    provider_class: str = ROCKSDB
+    materialization: MaterializerOptions = NO_SNAPSHOTS
+    file_root: Path | None = None  # set for file:// roots
+    s3: S3Env | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    _backends: list[StateBackend] = field(default_factory=list)
+    _storage: ChangelogStorage | None = None
+
+    def options(self, **changes: Any) -> BackendOptions:
+        base = BackendOptions(provider_class=self.provider_class, local_dir=self.local_dir,
+                              changelog=self.changelog, materialization=self.materialization,
+                              lock_timeout=5.0, **self.extra)
+        return base.with_changes(**changes)
+
+    def backend(self, **changes: Any) -> StateBackend:
+        """A new backend on the same root: think of another executor host, with its own
+        local directory (unless `local_dir` is given)."""
+        changes.setdefault("local_dir", os.path.join(self.local_dir, f"host{len(self._backends)}"))
+        backend = StateBackend(self.options(**changes))
+        self._backends.append(backend)
+        return backend
+
+    def provider(self, backend: StateBackend, partition: int = 0) -> StateStoreProvider:
+        return backend.provider(self.url, OPERATOR, partition)
+
+    @property
+    def storage(self) -> ChangelogStorage:
+        """A separate storage client for looking at and tampering with the root."""
+        if self._storage is None:
+            self._storage = ChangelogStorage(self.url, self.changelog)
+        return self._storage
+
+    def paths(self, prefix: str = "") -> list[str]:
+        return sorted(info.path for info in self.storage.list(prefix))
+
+    def delete(self, path: str) -> None:
+        self.storage.delete_many([path])
+
+    def replace(self, path: str, data: bytes) -> None:
+        """Overwrite behind the store's back (the library itself never overwrites)."""
+        if self.s3 is not None:
+            self.s3.direct_put(path, data)
+        else:
+            assert self.file_root is not None
+            target = self.file_root / path
+            os.chmod(target, 0o644)
+            target.write_bytes(data)
+
+    def commit_log(self) -> CommitLog:
+        return CommitLog(self.storage)
+
+    def close(self) -> None:
+        for backend in self._backends:
+            backend.close()
+        if self._storage is not None:
+            self._storage.close()
+
+
+def file_env(tmp_path: Path, provider_class: str = ROCKSDB, **changes: Any) -> BackendEnv:
+    root = tmp_path / "ckpt"
+    return BackendEnv(url=root.as_uri(), changelog=ChangelogOptions(persist_delay=0.0),
+                      local_dir=str(tmp_path / "local"), provider_class=provider_class,
+                      file_root=root, **changes)
+
+
+def s3_env(s3: S3Env, tmp_path: Path, provider_class: str = ROCKSDB,
+           **changes: Any) -> BackendEnv:
+    return BackendEnv(url=s3.url, changelog=s3.options.with_changes(persist_delay=0.0),
+                      local_dir=str(tmp_path / "local"), provider_class=provider_class,
+                      s3=s3, **changes)
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[BackendEnv]:
+    """A file:// root with the RocksDB provider."""
+    made = file_env(tmp_path)
+    yield made
+    made.close()
+
+
+def state_of(store: StateStore, cf: str = "default") -> dict[bytes, bytes]:
+    return dict(store.iterator(cf))
+
+
+def apply(store: StateStore, model: dict[bytes, bytes],
+          changes: Mapping[bytes, bytes | None]) -> None:
+    """Write `changes` (None = delete) to the store and to the model alike."""
+    for key, value in changes.items():
+        if value is None:
+            store.remove(key)
+            model.pop(key, None)
+        else:
+            store.put(key, value)
+            model[key] = value
+
+
+def entry_of(batch_id: int, *infos: Any, partitions: int = 1) -> CommitEntry:
+    stores = {int(info.store_id.rsplit("/", 1)[1]): info for info in infos}
+    return CommitEntry(batch_id, {OPERATOR: OperatorCommit(partitions, stores)})
