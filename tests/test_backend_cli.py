@@ -16,7 +16,7 @@ from backend.cli import main
 from backend.naming import store_dir
 from tests.support import S3Env
 from tests.support.moto_server import ACCESS_KEY, REGION, SECRET_KEY
-from tests.test_backend_support import BackendEnv, entry_of, file_env, s3_env
+from tests.support.backend import BackendEnv, entry_of, file_env, s3_env
 
 STORE_DIR = store_dir("agg/0")
 

@@ -10,7 +10,7 @@ from backend.checkpoint import CheckpointInfo
 from backend.commit_log import CommitEntry, OperatorCommit
 from backend.errors import CommitLogCorruptError, CommitLogError
 from changelog.handle import ChangelogHandle, Segment
-from tests.test_backend_support import BackendEnv, env  # noqa: F401 - fixture
+from tests.support.backend import BackendEnv, env  # noqa: F401 - fixture
 
 
 def info_of(partition: int, version: int, unique_id: str) -> CheckpointInfo:

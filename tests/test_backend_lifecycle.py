@@ -15,7 +15,7 @@ from backend.provider import ChangelogProvider
 from materializer.listing import aread_manifest, list_manifests
 from materializer.options import MaterializerOptions
 from tests.support import FaultRule, S3Env
-from tests.test_backend_support import (
+from tests.support.backend import (
     OPERATOR,
     BackendEnv,
     apply,

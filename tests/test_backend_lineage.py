@@ -19,7 +19,7 @@ from backend.naming import snapshot_path, store_dir
 from backend.provider import ChangelogProvider
 from materializer.options import MaterializerOptions
 from tests.support import S3Env
-from tests.test_backend_support import (
+from tests.support.backend import (
     OPERATOR,
     BackendEnv,
     apply,

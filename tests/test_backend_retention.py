@@ -16,7 +16,7 @@ from backend.listing import list_store_dir
 from materializer.listing import aread_manifest
 from materializer.names import parse_uploaded_version
 from materializer.options import MaterializerOptions
-from tests.test_backend_support import OPERATOR, BackendEnv, apply, entry_of, file_env, state_of
+from tests.support.backend import OPERATOR, BackendEnv, apply, entry_of, file_env, state_of
 
 STORE = f"{OPERATOR}/0"
 KEYS = [b"k%d" % i for i in range(6)]

@@ -14,7 +14,7 @@ from backend.errors import StateStoreClosedError, StoreIdError, StoreLockedError
 from backend.local_dirs import LOCK_NAME, root_dir
 from backend.provider import STORES_DIR
 from tests.support import S3Env
-from tests.test_backend_support import (
+from tests.support.backend import (
     MEMORY,
     OPERATOR,
     PROVIDER_IDS,

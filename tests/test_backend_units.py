@@ -28,7 +28,7 @@ from backend.txcache import TransactionCache
 from changelog.errors import ConfigError
 from changelog.handle import ChangelogHandle, Segment
 from materializer.handle import MaterializedHandle
-from tests.test_backend_support import BackendEnv, env  # noqa: F401 - fixture
+from tests.support.backend import BackendEnv, env  # noqa: F401 - fixture
 
 
 @pytest.mark.parametrize("operator", ["", "a/b", "..", "x..y", "tab\there", "back\\slash"])
