@@ -74,11 +74,13 @@ def loop_thread() -> Iterator[EventLoopThread]:
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[object]:
-    """The one SparkSession of the test session (see tests/support/spark.py)."""
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """The one SparkSession of the test session (see tests/support/spark.py); executors keep
+    their local store copies in a session temporary directory."""
     from tests.support.spark import build_session
 
-    session = build_session()
+    local_dir = tmp_path_factory.mktemp("dstl-local")
+    session = build_session(extra={"spark.dstl.stateStore.localDir": str(local_dir)})
     yield session
     session.stop()
 

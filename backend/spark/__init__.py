@@ -1,0 +1,60 @@
+"""Structured Streaming on the changelog state backend (the only package importing pyspark).
+
+    from backend.spark import stateful, StatefulProcessor
+
+    query = (stateful(events).group_by("user")
+             .process(CountProcessor(), "user string, count long", checkpoint=path)
+             .foreach_batch(sink).start(trigger={"availableNow": True}))
+"""
+
+from backend.spark.conf import DstlConf, QueryOptions
+from backend.spark.errors import (
+    CommitValidationError,
+    DstlSparkError,
+    OutputSchemaError,
+    PartitionCountError,
+    PartitioningError,
+    StateDecodingError,
+    StateEncodingError,
+    StateVariableError,
+)
+from backend.spark.grouping import KeyedBatch, Keys
+from backend.spark.operator import BatchProgress, OperatorSpec, StageResult, StatefulOperator
+from backend.spark.processor import (
+    StatefulProcessor,
+    StatefulProcessorHandle,
+    VectorizedStatefulProcessor,
+)
+from backend.spark.query import StatefulStream, stateful
+from backend.spark.reader import DstlStateDataSource, read_state, register_state_reader
+from backend.spark.state import ListState, MapState, ValueState
+
+__all__ = [
+    "BatchProgress",
+    "CommitValidationError",
+    "DstlConf",
+    "DstlSparkError",
+    "DstlStateDataSource",
+    "KeyedBatch",
+    "Keys",
+    "ListState",
+    "MapState",
+    "OperatorSpec",
+    "OutputSchemaError",
+    "PartitionCountError",
+    "PartitioningError",
+    "QueryOptions",
+    "StageResult",
+    "StateDecodingError",
+    "StateEncodingError",
+    "StateVariableError",
+    "StatefulOperator",
+    "StatefulProcessor",
+    "StatefulProcessorHandle",
+    "StatefulStream",
+    "ValueState",
+    "VectorizedStatefulProcessor",
+    "read_state",
+    "register_state_reader",
+    "stateful",
+]

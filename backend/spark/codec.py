@@ -1,0 +1,168 @@
+"""msgpack encodings of grouping keys and state values, with an optional expiry per value.
+
+Supported value types: None, bool, int (64-bit), float, str, bytes, and lists/tuples and dicts of
+these (tuples come back as lists); NumPy scalars are stored as the matching Python scalar.
+Anything else, datetime included, is refused: store an ISO string or epoch number instead, so
+the stored bytes never depend on a time zone or a Python class.
+
+A value with a time to live is wrapped in msgpack extension type 1 holding the expiry (epoch
+milliseconds, 8 bytes big-endian) followed by the packed value. Keys are a msgpack array of the
+grouping columns' values: self-delimiting, so one key's bytes are never a prefix of another's and
+map entries can be stored under grouping key + user key and found by a prefix scan.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+from backend.spark.errors import StateDecodingError, StateEncodingError
+
+TTL_EXT_CODE = 1
+_EXPIRY = struct.Struct(">q")
+
+
+@dataclass(frozen=True)
+class Expiring:
+    """A decoded value together with its expiry (epoch milliseconds)."""
+
+    expires_at_ms: int
+    value: Any
+
+
+def _default(obj: Any) -> Any:
+    item = getattr(obj, "item", None)
+    if item is not None and type(obj).__module__ == "numpy":
+        return item()
+    raise TypeError(f"cannot store a value of type {type(obj).__name__}")
+
+
+def _ext_hook(code: int, data: bytes) -> Any:
+    if code != TTL_EXT_CODE or len(data) < _EXPIRY.size:
+        raise ValueError(f"unknown msgpack extension type {code}")
+    (expires,) = _EXPIRY.unpack_from(data)
+    return Expiring(expires, _unpack(data[_EXPIRY.size:]))
+
+
+def _pack(value: Any) -> bytes:
+    return msgpack.packb(value, use_bin_type=True, datetime=False, default=_default)
+
+
+def _unpack(data: bytes) -> Any:
+    return msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_ext_hook)
+
+
+def encode_value(value: Any, expires_at_ms: int | None, what: str) -> bytes:
+    """Bytes of one value; `what` names the state variable in errors."""
+    try:
+        packed = _pack(value)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise StateEncodingError(f"state {what}: {exc} (supported: None, bool, int, float, "
+                                 f"str, bytes, list, tuple, dict)") from exc
+    if expires_at_ms is None:
+        return packed
+    return _pack(msgpack.ExtType(TTL_EXT_CODE, _EXPIRY.pack(expires_at_ms) + packed))
+
+
+def decode_value(data: bytes, now_ms: int, what: str) -> tuple[bool, Any]:
+    """(alive, value): alive is False when the value's expiry is at or before `now_ms`."""
+    try:
+        value = _unpack(data)
+    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
+        raise StateDecodingError(f"state {what}: stored value is not valid: {exc}") from exc
+    if isinstance(value, Expiring):
+        return value.expires_at_ms > now_ms, value.value
+    return True, value
+
+
+def decode_value_with_expiry(data: bytes, what: str) -> tuple[Any, int | None]:
+    """(value, expiry or None), whether or not it has expired; for tools and the reader."""
+    try:
+        value = _unpack(data)
+    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
+        raise StateDecodingError(f"state {what}: stored value is not valid: {exc}") from exc
+    if isinstance(value, Expiring):
+        return value.value, value.expires_at_ms
+    return value, None
+
+
+def iter_elements(data: bytes, what: str) -> Iterator[Any]:
+    """Each stored element of a concatenation (list state), as Expiring or a plain value."""
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, ext_hook=_ext_hook,
+                                max_buffer_size=max(len(data), 1024))
+    unpacker.feed(data)
+    try:
+        yield from unpacker
+    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
+        raise StateDecodingError(f"state {what}: stored list is not valid: {exc}") from exc
+
+
+def decode_elements(data: bytes, now_ms: int, what: str) -> tuple[list[Any], bool]:
+    """(live elements, whether any element had expired) of a stored list."""
+    alive: list[Any] = []
+    expired = False
+    for element in iter_elements(data, what):
+        if isinstance(element, Expiring):
+            if element.expires_at_ms > now_ms:
+                alive.append(element.value)
+            else:
+                expired = True
+        else:
+            alive.append(element)
+    return alive, expired
+
+
+def encode_elements(values: Sequence[Any], expires_at_ms: int | None, what: str) -> bytes:
+    return b"".join(encode_value(value, expires_at_ms, what) for value in values)
+
+
+def encode_key(key: Sequence[Any], what: str = "grouping key") -> bytes:
+    """Canonical bytes of a grouping key (a tuple of column values) or a map's user key."""
+    try:
+        return _pack(list(key))
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise StateEncodingError(f"{what} {tuple(key)!r:.120}: {exc} (key columns must be "
+                                 f"strings, integers, floats, booleans or binary)") from exc
+
+
+def encode_user_key(key: Any, what: str) -> bytes:
+    """Bytes of a map state's user key: a scalar or a tuple of scalars (returned as a tuple)."""
+    try:
+        return _pack(key)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise StateEncodingError(f"state {what}: map key {key!r:.80}: {exc}") from exc
+
+
+def decode_user_key(data: bytes, what: str) -> Any:
+    try:
+        return msgpack.unpackb(data, raw=False, strict_map_key=False, use_list=False)
+    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
+        raise StateDecodingError(f"state {what}: stored map key is not valid: {exc}") from exc
+
+
+def decode_key(data: bytes, what: str = "grouping key") -> tuple[Any, ...]:
+    try:
+        value = _unpack(data)
+    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
+        raise StateDecodingError(f"{what}: stored key is not valid: {exc}") from exc
+    if not isinstance(value, list):
+        raise StateDecodingError(f"{what}: stored key is not a msgpack array: {value!r:.80}")
+    return tuple(value)
+
+
+def split_map_key(data: bytes, what: str) -> tuple[tuple[Any, ...], Any]:
+    """(grouping key, user key) of a map state's stored key."""
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, use_list=False)
+    unpacker.feed(data)
+    try:
+        group = unpacker.unpack()
+        user_key = unpacker.unpack()
+    except (ValueError, msgpack.OutOfData, msgpack.FormatError, msgpack.StackError) as exc:
+        raise StateDecodingError(f"state {what}: stored map key is not valid: {exc}") from exc
+    if not isinstance(group, tuple):
+        raise StateDecodingError(f"state {what}: stored map key has no grouping key")
+    return group, user_key

@@ -1,0 +1,41 @@
+"""Exceptions of the Structured Streaming integration; all derive from DstlSparkError.
+
+Configuration problems raise changelog.errors.ConfigError (the project's one config error), so a
+bad `spark.dstl.*` value fails the same way wherever it is parsed.
+"""
+
+from __future__ import annotations
+
+from backend.errors import BackendError
+
+
+class DstlSparkError(BackendError):
+    """Root of every error raised by backend.spark."""
+
+
+class StateEncodingError(DstlSparkError, TypeError):
+    """A state value or grouping key cannot be encoded with msgpack; names the state variable."""
+
+
+class StateDecodingError(DstlSparkError):
+    """Stored state bytes cannot be decoded; names the state variable."""
+
+
+class StateVariableError(DstlSparkError, ValueError):
+    """A state variable is declared twice with different kinds, or used outside its scope."""
+
+
+class PartitionCountError(DstlSparkError):
+    """The query asks for a number of state partitions other than the checkpoint's."""
+
+
+class CommitValidationError(DstlSparkError):
+    """A partition's new checkpoint is not built on the previously committed one."""
+
+
+class PartitioningError(DstlSparkError):
+    """A row reached a task whose partition does not own its key."""
+
+
+class OutputSchemaError(DstlSparkError, ValueError):
+    """Rows returned by a processor do not fit the declared output schema."""

@@ -1,0 +1,120 @@
+"""Group one partition's rows by key with Arrow and NumPy, never a Python loop over rows.
+
+Rows are sorted by group once; group i is the row range offsets[i]:offsets[i+1], so the
+per-key API hands out cheap slices of one frame and the vectorized API works on whole columns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from functools import cached_property
+from typing import Any, overload
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from backend.spark.codec import encode_key
+
+
+class Keys(Sequence[tuple[Any, ...]]):
+    """Distinct grouping keys as tuples, with their encoded bytes computed once."""
+
+    def __init__(self, tuples: list[tuple[Any, ...]], encoded: list[bytes] | None = None) -> None:
+        self._tuples = tuples
+        self._encoded = encoded
+
+    @classmethod
+    def of(cls, keys: Sequence[Sequence[Any]]) -> Keys:
+        if isinstance(keys, Keys):
+            return keys
+        return cls([tuple(k) for k in keys])
+
+    @property
+    def encoded(self) -> list[bytes]:
+        if self._encoded is None:
+            self._encoded = [encode_key(k) for k in self._tuples]
+        return self._encoded
+
+    def __len__(self) -> int:
+        return len(self._tuples)
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[Any, ...]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Keys: ...
+
+    def __getitem__(self, index: int | slice) -> tuple[Any, ...] | Keys:
+        if isinstance(index, slice):
+            encoded = self._encoded[index] if self._encoded is not None else None
+            return Keys(self._tuples[index], encoded)
+        return self._tuples[index]
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        return iter(self._tuples)
+
+
+class KeyedBatch:
+    """One partition's rows of one micro-batch, sorted and grouped by the grouping key."""
+
+    def __init__(self, table: pa.Table, key_columns: Sequence[str]) -> None:
+        self.key_columns = tuple(key_columns)
+        table = table.combine_chunks()
+        group_ids = _group_ids(table, self.key_columns)
+        order = np.argsort(group_ids, kind="stable")
+        counts = np.bincount(group_ids) if len(group_ids) else np.zeros(0, dtype=np.int64)
+        self.offsets: np.ndarray = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+        self.table: pa.Table = table.take(pa.array(order)) if len(order) else table
+        first_rows = pa.array(self.offsets[:-1])
+        self.key_table: pa.Table = self.table.select(list(self.key_columns)).take(first_rows)
+        columns = [self.key_table.column(i).to_pylist() for i in range(len(self.key_columns))]
+        self.keys = Keys(list(zip(*columns, strict=True)) if columns else [])
+
+    def __len__(self) -> int:
+        """The number of distinct keys."""
+        return len(self.keys)
+
+    @property
+    def num_rows(self) -> int:
+        return self.table.num_rows
+
+    @property
+    def counts(self) -> np.ndarray:
+        """Rows per key, in key order."""
+        return np.diff(self.offsets)
+
+    @cached_property
+    def group_ids(self) -> np.ndarray:
+        """For every (sorted) row, the index of its key in `keys`."""
+        return np.repeat(np.arange(len(self.keys), dtype=np.int64), self.counts)
+
+    @cached_property
+    def frame(self) -> pd.DataFrame:
+        """All rows as one pandas frame, sorted by key (built once, sliced per key)."""
+        return self.table.to_pandas()
+
+    def key_frame(self) -> pd.DataFrame:
+        """The distinct keys as a pandas frame, one row per key, in key order."""
+        return self.key_table.to_pandas()
+
+    def rows_of(self, index: int) -> pd.DataFrame:
+        """The rows of key number `index` as a slice (a view) of `frame`."""
+        return self.frame.iloc[int(self.offsets[index]):int(self.offsets[index + 1])]
+
+
+def _group_ids(table: pa.Table, key_columns: Sequence[str]) -> np.ndarray:
+    """Dense group id per row: equal keys (nulls included) get equal ids."""
+    if table.num_rows == 0:
+        return np.zeros(0, dtype=np.int64)
+    combined: np.ndarray | None = None
+    for name in key_columns:
+        encoded = table.column(name).combine_chunks().dictionary_encode(null_encoding="encode")
+        indices = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        if combined is None:
+            combined = indices
+        else:
+            combined = combined * len(encoded.dictionary) + indices
+            _, combined = np.unique(combined, return_inverse=True)
+    assert combined is not None
+    return combined.astype(np.int64, copy=False)

@@ -1,0 +1,311 @@
+"""The driver side of one stateful operator: one micro-batch = one stage, one commit entry.
+
+The stateful stage runs exactly once per batch: its result is collected to the driver as Arrow
+(output rows and one meta row per partition in one pass), so no later action can recompute it
+and commit a second time; the sink then reads a DataFrame built from that Arrow data. The
+cost is that a batch's output must fit in the driver's memory (see docs/spark.md).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from backend.checkpoint import CheckpointInfo
+from backend.cleanup import cleanup_checkpoint
+from backend.commit_entry import CommitEntry, OperatorCommit
+from backend.commit_log import CommitLog
+from backend.spark.conf import DstlConf
+from backend.spark.errors import CommitValidationError, PartitionCountError
+from backend.spark.executor import store_cache
+from backend.spark.processor import AnyProcessor
+from backend.spark.task import META_COLUMN, PARTITION_COLUMN, TaskPlan, stateful_task
+
+
+@dataclass(frozen=True)
+class OperatorSpec:
+    """What the user asked for; `partitions` None means: as recorded, else shuffle partitions."""
+
+    processor: AnyProcessor
+    key_columns: tuple[str, ...]
+    output_schema: Any  # pyspark StructType
+    checkpoint: str
+    partitions: int | None = None
+    name: str = "stateful"
+
+
+@dataclass(frozen=True)
+class Base:
+    """The committed state a batch builds on: the newest entry of an earlier batch."""
+
+    batch_id: int | None
+    entry: CommitEntry | None
+
+    def infos(self, operator: str) -> dict[int, CheckpointInfo]:
+        if self.entry is None or operator not in self.entry.operators:
+            return {}
+        return dict(self.entry.operators[operator].stores)
+
+
+@dataclass
+class StageResult:
+    """One run of the stateful stage: its output and one new checkpoint per partition."""
+
+    batch_id: int
+    base: Base
+    num_partitions: int
+    output: pa.Table | None  # outputMode "collect": the output rows on the driver
+    infos: dict[int, CheckpointInfo]
+    stats: dict[int, dict[str, Any]]
+    seconds: float
+    cached: Any = None  # outputMode "cache": the persisted stage result (with meta rows)
+
+    @property
+    def output_rows(self) -> int:
+        return sum(int(s["output_rows"]) for s in self.stats.values())
+
+    def release(self) -> None:
+        """Drop the cached stage result (outputMode "cache"); a no-op otherwise."""
+        if self.cached is not None:
+            self.cached.unpersist()
+            self.cached = None
+
+
+@dataclass
+class BatchProgress:
+    """What one batch did; `StatefulQuery.progress` keeps these, the examples print them."""
+
+    batch_id: int
+    commit_path: str
+    input_rows: int
+    output_rows: int
+    keys: int
+    stage_seconds: float
+    sink_seconds: float
+    commit_log_seconds: float
+    total_seconds: float
+    max_task_commit_seconds: float
+    max_task_load_seconds: float
+    changelog_bytes: int
+    materialized_partitions: int
+    load_kinds: dict[str, int]
+    cleanup_deleted_files: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class StatefulOperator:
+    """Runs a processor on micro-batches; use `process_batch` from foreachBatch."""
+
+    def __init__(self, spec: OperatorSpec, conf: DstlConf) -> None:
+        self.spec = spec
+        self.conf = conf
+        self.checkpoint = spec.checkpoint
+        self._batches_since_cleanup = 0
+
+    # --- storage on the driver (no RocksDB here: only the commit log and cleanup) -----------
+
+    def _storage(self) -> Any:
+        return store_cache().backend(self.conf.backend_settings).context(self.checkpoint).storage
+
+    def commit_log(self) -> CommitLog:
+        return CommitLog(self._storage())
+
+    # --- one batch ---------------------------------------------------------------------------
+
+    def base_for(self, batch_id: int) -> Base:
+        """The entry `batch_id` builds on; a re-executed batch builds on the one before it."""
+        log = self.commit_log()
+        batches = log.batch_ids()
+        later = [b for b in batches if b > batch_id]
+        if later:
+            raise CommitValidationError(
+                f"the commit log under {self.checkpoint!r} already holds batch {max(later)} "
+                f"but the engine runs batch {batch_id}: the Spark checkpoint and this "
+                f"checkpoint do not belong together")
+        earlier = [b for b in batches if b < batch_id]
+        if not earlier:
+            return Base(None, None)
+        previous = max(earlier)
+        if previous != batch_id - 1:
+            raise CommitValidationError(
+                f"the commit log under {self.checkpoint!r} ends at batch {previous}, but the "
+                f"engine runs batch {batch_id}: batches {previous + 1}..{batch_id - 1} were "
+                f"never committed here, their state changes would be lost")
+        return Base(previous, log.read(previous))
+
+    def num_partitions(self, base: Base, spark: Any) -> int:
+        recorded = None
+        if base.entry is not None and self.spec.name in base.entry.operators:
+            recorded = base.entry.operators[self.spec.name].num_partitions
+            keys = base.entry.extra.get("key_columns")
+            if keys is not None and tuple(keys) != self.spec.key_columns:
+                raise PartitionCountError(
+                    f"checkpoint {self.checkpoint!r} groups by {tuple(keys)}; the query groups "
+                    f"by {self.spec.key_columns}: the grouping key cannot change")
+        requested = self.spec.partitions or self.conf.query.partitions
+        if requested is not None and recorded is not None and requested != recorded:
+            raise PartitionCountError(
+                f"checkpoint {self.checkpoint!r} has {recorded} state partitions but the query "
+                f"asks for {requested}: the number of state partitions cannot change once "
+                f"state exists (start a new checkpoint to repartition)")
+        if requested is not None:
+            return requested
+        if recorded is not None:
+            return recorded
+        return int(spark.conf.get("spark.sql.shuffle.partitions"))
+
+    def execute(self, df: Any, batch_id: int, base: Base | None = None) -> StageResult:
+        """Run the stateful stage once; nothing is committed to the commit log yet."""
+        from pyspark.sql import functions as F
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        started = time.monotonic()
+        base = base if base is not None else self.base_for(batch_id)
+        spark = df.sparkSession
+        n = self.num_partitions(base, spark)
+        keys = [F.col(name) for name in self.spec.key_columns]
+        keyed = (df.withColumn(PARTITION_COLUMN, F.pmod(F.hash(*keys), F.lit(n)))
+                 .repartition(n, *keys))
+        plan = TaskPlan(
+            checkpoint=self.checkpoint, operator=self.spec.name, num_partitions=n,
+            batch_id=batch_id, now_ms=int(time.time() * 1000),
+            key_columns=self.spec.key_columns, settings=self.conf.backend_settings,
+            input_schema=to_arrow_schema(keyed.schema),
+            output_schema=to_arrow_schema(self.spec.output_schema),
+            bases={p: info.to_dict() for p, info in base.infos(self.spec.name).items()})
+        result_schema = _result_struct(self.spec.output_schema)
+        task = functools.partial(stateful_task, plan, self.spec.processor)
+        mapped = keyed.mapInArrow(task, result_schema)
+        output: pa.Table | None = None
+        output_df: Any = None
+        if self.conf.query.output_mode == "collect":
+            table = mapped.toArrow()
+            meta_mask = pc.is_valid(table.column(META_COLUMN))
+            metas = table.filter(meta_mask).column(META_COLUMN).to_pylist()
+            output = table.filter(pc.invert(meta_mask)).drop_columns([META_COLUMN])
+        else:  # "cache": the first action fills the cache; the sink reads from it
+            from pyspark import StorageLevel
+
+            output_df = mapped.persist(StorageLevel.MEMORY_AND_DISK)
+            metas = [row[0] for row in output_df.where(F.col(META_COLUMN).isNotNull())
+                     .select(META_COLUMN).collect()]
+        infos: dict[int, CheckpointInfo] = {}
+        stats: dict[int, dict[str, Any]] = {}
+        for text in metas:
+            meta = json.loads(text)
+            partition = int(meta["stats"]["partition"])
+            if partition in infos:
+                raise CommitValidationError(f"batch {batch_id}: two results for state "
+                                            f"partition {partition}")
+            infos[partition] = CheckpointInfo.from_dict(meta["info"])
+            stats[partition] = meta["stats"]
+        result = StageResult(batch_id, base, n, output, infos, stats,
+                             time.monotonic() - started, output_df)
+        try:
+            self.validate(result)
+        except CommitValidationError:
+            result.release()
+            raise
+        return result
+
+    def validate(self, result: StageResult) -> None:
+        """Every partition committed exactly once, on top of the previous commit."""
+        previous = result.base.infos(self.spec.name)
+        missing = sorted(set(range(result.num_partitions)) - set(result.infos))
+        if missing:
+            raise CommitValidationError(f"batch {result.batch_id}: no checkpoint from state "
+                                        f"partition(s) {missing}")
+        for partition, info in sorted(result.infos.items()):
+            before = previous.get(partition)
+            expected = (before.version + 1, before.unique_id) if before else (1, None)
+            if (info.version, info.base_unique_id) != expected:
+                raise CommitValidationError(
+                    f"batch {result.batch_id}: store {info.store_id!r} committed version "
+                    f"{info.version} on base id {info.base_unique_id!r}, expected version "
+                    f"{expected[0]} on base id {expected[1]!r} (the committed checkpoint of "
+                    f"batch {result.base.batch_id})")
+
+    def commit(self, result: StageResult) -> str:
+        """Write the batch's commit log entry (the next generation if one exists)."""
+        entry = CommitEntry(
+            result.batch_id,
+            {self.spec.name: OperatorCommit(result.num_partitions, dict(result.infos))},
+            extra={"key_columns": list(self.spec.key_columns),
+                   "processor": type(self.spec.processor).__name__,
+                   "output_schema": self.spec.output_schema.json()})
+        return self.commit_log().write(result.batch_id, entry)
+
+    def output_frame(self, spark: Any, result: StageResult) -> Any:
+        """The stage's output as a DataFrame for the sink: from the collected Arrow data, or
+        the cached stage result without its meta rows."""
+        if result.cached is not None:
+            return result.cached.where(result.cached[META_COLUMN].isNull()).drop(META_COLUMN)
+        if result.output is None:
+            raise CommitValidationError(f"batch {result.batch_id}: the stage output was "
+                                        f"already released")
+        return spark.createDataFrame(result.output, schema=self.spec.output_schema)
+
+    def maybe_cleanup(self) -> int:
+        """Every `cleanupInterval` batches: delete what retained checkpoints no longer need."""
+        interval = self.conf.query.cleanup_interval
+        if interval == 0:
+            return 0
+        self._batches_since_cleanup += 1
+        if self._batches_since_cleanup < interval:
+            return 0
+        self._batches_since_cleanup = 0
+        report = cleanup_checkpoint(self._storage(), self.conf.backend.min_batches_to_retain,
+                                    dry_run=False)
+        return len(report.files)
+
+    def process_batch(self, df: Any, batch_id: int, sink: Any = None) -> BatchProgress:
+        """Stage, sink, commit entry, cleanup: what foreachBatch calls for each batch."""
+        started = time.monotonic()
+        result = self.execute(df, batch_id)
+        try:
+            sink_started = time.monotonic()
+            if sink is not None:
+                sink(self.output_frame(df.sparkSession, result), batch_id)
+            commit_started = time.monotonic()
+            path = self.commit(result)
+            committed = time.monotonic()
+        finally:
+            result.release()
+        deleted = self.maybe_cleanup()
+        return _progress(result, path, commit_started - sink_started,
+                         committed - commit_started, time.monotonic() - started, deleted)
+
+
+def _result_struct(output_schema: Any) -> Any:
+    """The output schema, all nullable (the meta rows hold nulls), plus the meta column."""
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    fields = [StructField(f.name, f.dataType, True, f.metadata) for f in output_schema.fields]
+    return StructType([*fields, StructField(META_COLUMN, StringType(), True)])
+
+
+def _progress(result: StageResult, path: str, sink_seconds: float, commit_seconds: float,
+              total: float, deleted: int) -> BatchProgress:
+    stats = list(result.stats.values())
+    kinds: dict[str, int] = {}
+    for item in stats:
+        kind = str(item["store"].get("load_kind", "unknown"))
+        kinds[kind] = kinds.get(kind, 0) + 1
+    return BatchProgress(
+        batch_id=result.batch_id, commit_path=path,
+        input_rows=sum(int(s["input_rows"]) for s in stats),
+        output_rows=result.output_rows,
+        keys=sum(int(s["keys"]) for s in stats),
+        stage_seconds=result.seconds, sink_seconds=sink_seconds,
+        commit_log_seconds=commit_seconds, total_seconds=total,
+        max_task_commit_seconds=max((float(s["commit_seconds"]) for s in stats), default=0.0),
+        max_task_load_seconds=max((float(s["load_seconds"]) for s in stats), default=0.0),
+        changelog_bytes=sum(int(s["changelog_bytes"]) for s in stats),
+        materialized_partitions=sum(1 for s in stats if s["materialized_version"] is not None),
+        load_kinds=kinds, cleanup_deleted_files=deleted)

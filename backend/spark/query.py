@@ -1,0 +1,155 @@
+"""The short entry point: stateful(df).group_by(...).process(...).foreach_batch(...).start().
+
+Everything is checked when the query starts (settings, key columns, schema, checkpoint), so a
+mistake fails before the first batch, with the key or column named.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from backend.spark.conf import QUERY_PREFIX, DstlConf
+from backend.spark.errors import StateVariableError
+from backend.spark.operator import BatchProgress, OperatorSpec, StatefulOperator
+from backend.spark.processor import StatefulProcessor, VectorizedStatefulProcessor
+from changelog.errors import ConfigError
+
+Sink = Callable[[Any, int], None]
+KEY_TYPES = ("string", "byte", "short", "integer", "long", "boolean", "binary", "float",
+             "double")
+
+
+def stateful(df: Any) -> StatefulBuilder:
+    """Start describing a stateful step on a streaming (or batch) DataFrame."""
+    return StatefulBuilder(df)
+
+
+class StatefulBuilder:
+    def __init__(self, df: Any) -> None:
+        self._df = df
+
+    def group_by(self, *columns: str) -> GroupedStateful:
+        if not columns:
+            raise ValueError("group_by needs at least one column")
+        names = set(self._df.columns)
+        for column in columns:
+            if column not in names:
+                raise ValueError(f"group_by: no column {column!r} in {sorted(names)}")
+            type_name = self._df.schema[column].dataType.typeName()
+            if type_name not in KEY_TYPES:
+                raise ValueError(f"group_by: column {column!r} has type {type_name}; grouping "
+                                 f"keys must be one of {', '.join(KEY_TYPES)} (cast dates and "
+                                 f"timestamps to long or string first)")
+        return GroupedStateful(self._df, tuple(columns))
+
+
+class GroupedStateful:
+    def __init__(self, df: Any, key_columns: tuple[str, ...]) -> None:
+        self._df = df
+        self._keys = key_columns
+
+    def process(self, processor: StatefulProcessor | VectorizedStatefulProcessor,
+                output_schema: Any, *, checkpoint: str | None = None,
+                partitions: int | None = None, name: str | None = None,
+                conf: Mapping[str, Any] | None = None) -> StatefulStream:
+        """`conf`: per-query spark.dstl.* settings (full or short keys) over the session's."""
+        if not isinstance(processor, StatefulProcessor | VectorizedStatefulProcessor):
+            raise StateVariableError(f"{type(processor).__name__} is neither a "
+                                     f"StatefulProcessor nor a VectorizedStatefulProcessor")
+        spark = self._df.sparkSession
+        overrides = dict(conf or {})
+        if checkpoint is not None:
+            overrides[QUERY_PREFIX + "checkpointLocation"] = checkpoint
+        if partitions is not None:
+            overrides[QUERY_PREFIX + "partitions"] = partitions
+        if name is not None:
+            overrides[QUERY_PREFIX + "operatorName"] = name
+        settings = DstlConf.from_session(spark, overrides)
+        location = settings.query.checkpoint_location
+        if location is None:
+            raise ConfigError(f"{QUERY_PREFIX}checkpointLocation: no checkpoint location; pass "
+                              f"checkpoint=... or set {QUERY_PREFIX}checkpointLocation")
+        spec = OperatorSpec(processor=processor, key_columns=self._keys,
+                            output_schema=_struct(spark, output_schema),
+                            checkpoint=to_url(location), partitions=settings.query.partitions,
+                            name=settings.query.operator_name)
+        return StatefulStream(self._df, StatefulOperator(spec, settings))
+
+
+class StatefulStream:
+    """A configured stateful step; `start` runs it as a streaming query via foreachBatch."""
+
+    def __init__(self, df: Any, operator: StatefulOperator) -> None:
+        self._df = df
+        self.operator = operator
+        self.progress: list[BatchProgress] = []
+        self._sink: Sink | None = None
+        self._on_progress: Callable[[BatchProgress], None] | None = None
+
+    def foreach_batch(self, sink: Sink) -> StatefulStream:
+        """`sink(output_df, batch_id)` runs once per batch before the commit; make it
+        idempotent per batch id (a batch can be replayed after a failure)."""
+        self._sink = sink
+        return self
+
+    def on_progress(self, callback: Callable[[BatchProgress], None]) -> StatefulStream:
+        self._on_progress = callback
+        return self
+
+    def run_batch(self, df: Any, batch_id: int) -> None:
+        """The foreachBatch function; also usable directly on a batch DataFrame."""
+        progress = self.operator.process_batch(df, batch_id, self._sink)
+        self.progress.append(progress)
+        if self._on_progress is not None:
+            self._on_progress(progress)
+
+    def start(self, *, trigger: Mapping[str, Any] | None = None,
+              engine_checkpoint: str | None = None, query_name: str | None = None) -> Any:
+        """Start the streaming query. `trigger` as DataStreamWriter.trigger's keywords, e.g.
+        {"availableNow": True} or {"processingTime": "5 seconds"}. The engine's own checkpoint
+        (offsets, commits) goes to `engine_checkpoint`, by default <checkpoint>/engine for a
+        local checkpoint."""
+        from backend.spark.reader import register_state_reader
+
+        register_state_reader(self._df.sparkSession)
+        location = engine_checkpoint or self.operator.conf.query.engine_checkpoint_location
+        if location is None:
+            location = default_engine_checkpoint(self.operator.checkpoint)
+        writer = self._df.writeStream.foreachBatch(self.run_batch)
+        writer = writer.option("checkpointLocation", location)
+        if trigger:
+            writer = writer.trigger(**dict(trigger))
+        if query_name:
+            writer = writer.queryName(query_name)
+        return writer.start()
+
+
+def to_url(location: str) -> str:
+    """A checkpoint URL: URLs stay as they are, local paths become file:// URLs."""
+    if "://" in location:
+        return location.rstrip("/")
+    return Path(os.path.abspath(os.path.expanduser(location))).as_uri()
+
+
+def default_engine_checkpoint(checkpoint_url: str) -> str:
+    if not checkpoint_url.startswith("file://"):
+        raise ConfigError(f"{QUERY_PREFIX}engineCheckpointLocation: the checkpoint "
+                          f"{checkpoint_url!r} is not local; give the engine's checkpoint "
+                          f"location (engine_checkpoint=... or this setting)")
+    return checkpoint_url + "/engine"
+
+
+def _struct(spark: Any, schema: Any) -> Any:
+    from pyspark.sql.types import StructType, _parse_datatype_string
+
+    if isinstance(schema, StructType):
+        return schema
+    if isinstance(schema, str):
+        parsed = _parse_datatype_string(schema)
+        if isinstance(parsed, StructType):
+            return parsed
+    raise ValueError(f"output schema must be a StructType or a DDL string such as "
+                     f"'user string, count long', got {schema!r}")

@@ -1,0 +1,178 @@
+"""The "dstl-state" data source: a checkpoint's state at a batch, as a DataFrame.
+
+    spark.read.format("dstl-state").option("batchId", 7).load("/path/to/checkpoint")
+
+One Spark partition per state partition; each task restores its store into a private
+temporary directory (never the running query's), reads every state variable and removes it.
+Keys and values are JSON text (bytes as base64 strings), so any stored value fits one schema.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import tempfile
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+from backend.checkpoint import CheckpointInfo
+from backend.commit_log import CommitLog
+from backend.naming import split_store_id
+from backend.options import BackendOptions
+from backend.spark.codec import (
+    Expiring,
+    decode_key,
+    decode_value_with_expiry,
+    iter_elements,
+    split_map_key,
+)
+from backend.spark.conf import QUERY_PREFIX, DstlConf
+from backend.spark.errors import StateDecodingError
+from backend.state_backend import StateBackend
+from changelog.errors import ConfigError
+from changelog.storage_service import ChangelogStorage
+
+SOURCE_NAME = "dstl-state"
+SCHEMA = ("partition INT, state_variable STRING, kind STRING, key STRING, map_key STRING, "
+          "value STRING, expires_at_ms LONG")
+SETTINGS_OPTION = "settings"
+
+
+class StatePartition(InputPartition):
+    def __init__(self, partition: int, info: str) -> None:
+        super().__init__(partition)
+        self.partition = partition
+        self.info = info
+
+
+class DstlStateDataSource(DataSource):
+    """Options: path (the checkpoint), batchId (default: the newest committed batch),
+    operatorName (default "stateful"), settings (JSON object of spark.dstl.* settings, e.g.
+    the S3 endpoint; `read_state` fills it from the session)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        return StateReader(dict(self.options))
+
+
+class StateReader(DataSourceReader):
+    def __init__(self, options: Mapping[str, str]) -> None:
+        from backend.spark.query import to_url
+
+        lowered = {str(k).lower(): v for k, v in options.items()}
+        path = lowered.get("path")
+        if not path:
+            raise ConfigError("dstl-state: give the checkpoint location, e.g. load(path)")
+        self.url = to_url(path)
+        self.operator = lowered.get("operatorname") or "stateful"
+        raw_batch = lowered.get("batchid")
+        try:
+            self.batch_id = None if raw_batch in (None, "") else int(str(raw_batch))
+        except ValueError as exc:
+            raise ConfigError(f"dstl-state option batchId: expected an integer, got "
+                              f"{raw_batch!r}") from exc
+        try:
+            settings = json.loads(lowered.get(SETTINGS_OPTION) or "{}")
+        except ValueError as exc:
+            raise ConfigError(f"dstl-state option settings: not a JSON object: {exc}") from exc
+        self.settings = {str(k): str(v) for k, v in settings.items()
+                         if not str(k).startswith(QUERY_PREFIX)}
+        DstlConf.from_settings(self.settings)  # fail here, naming the key, if invalid
+
+    def partitions(self) -> list[InputPartition]:
+        options = BackendOptions.from_conf(self.settings)
+        with ChangelogStorage(self.url, options.changelog) as storage:
+            log = CommitLog(storage)
+            if self.batch_id is None:
+                latest = log.latest()
+                if latest is None:
+                    raise ConfigError(f"dstl-state: no committed batch under {self.url!r}")
+                entry = latest[1]
+            else:
+                entry = log.read(self.batch_id)
+        commit = entry.operators.get(self.operator)
+        if commit is None:
+            raise ConfigError(f"dstl-state: batch {entry.batch_id} under {self.url!r} has no "
+                              f"operator {self.operator!r} (has {sorted(entry.operators)})")
+        return [StatePartition(p, json.dumps(info.to_dict()))
+                for p, info in sorted(commit.stores.items())]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        assert isinstance(partition, StatePartition)
+        info = CheckpointInfo.from_dict(json.loads(partition.info))
+        operator, number = split_store_id(info.store_id)
+        scratch = tempfile.mkdtemp(prefix="dstl-state-reader-")
+        settings = {**self.settings, "spark.dstl.stateStore.localDir": scratch}
+        try:
+            with StateBackend(BackendOptions.from_conf(settings)) as backend:
+                store = backend.provider(self.url, operator, number).get_store(info.version,
+                                                                                info)
+                try:
+                    rows = [row for cf in store.column_families()
+                            for row in state_rows(number, cf, store.iterator(cf))]
+                finally:
+                    store.abort()
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        yield from rows
+
+
+def state_rows(partition: int, cf: str,
+               items: Iterator[tuple[bytes, bytes]]) -> Iterator[tuple[Any, ...]]:
+    """Rows of the reader's schema for one column family of a store."""
+    kind, _, name = cf.partition("/")
+    for key, raw in items:
+        if kind == "value":
+            value, expires = decode_value_with_expiry(raw, name)
+            yield (partition, name, kind, _json(list(decode_key(key, name))), None,
+                   _json(value), expires)
+        elif kind == "list":
+            elements = list(iter_elements(raw, name))
+            expiries = [e.expires_at_ms for e in elements if isinstance(e, Expiring)]
+            values = [e.value if isinstance(e, Expiring) else e for e in elements]
+            yield (partition, name, kind, _json(list(decode_key(key, name))), None,
+                   _json(values), min(expiries) if expiries else None)
+        elif kind == "map":
+            group, user_key = split_map_key(key, name)
+            value, expires = decode_value_with_expiry(raw, name)
+            yield (partition, name, kind, _json(list(group)), _json(user_key), _json(value),
+                   expires)
+        else:
+            raise StateDecodingError(f"column family {cf!r} of partition {partition} is not "
+                                     f"state written by backend.spark")
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, default=_bytes_as_base64, sort_keys=True)
+
+
+def _bytes_as_base64(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    raise TypeError(f"cannot show a {type(value).__name__} as JSON")
+
+
+def register_state_reader(spark: Any) -> None:
+    """Make spark.read.format("dstl-state") available in this session."""
+    spark.dataSource.register(DstlStateDataSource)
+
+
+def read_state(spark: Any, checkpoint: str, batch_id: int | None = None,
+               operator: str = "stateful", conf: Mapping[str, Any] | None = None) -> Any:
+    """The state DataFrame, with the session's spark.dstl.* settings (plus `conf`) applied."""
+    register_state_reader(spark)
+    settings = DstlConf.from_session(spark, conf).settings
+    reader = (spark.read.format(SOURCE_NAME).option("operatorName", operator)
+              .option(SETTINGS_OPTION, json.dumps(dict(settings))))
+    if batch_id is not None:
+        reader = reader.option("batchId", str(batch_id))
+    return reader.load(checkpoint)

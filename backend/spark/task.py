@@ -1,0 +1,128 @@
+"""The stateful task: what every partition runs inside mapInArrow on an executor.
+
+It loads the partition's store at the committed checkpoint shipped in the plan, runs the
+processor, commits, closes the processor, and returns its output rows followed by one row that
+carries the new CheckpointInfo and the task's statistics in the meta column.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from backend.checkpoint import CheckpointInfo
+from backend.spark.errors import PartitioningError
+from backend.spark.executor import store_cache
+from backend.spark.processor import AnyProcessor
+from backend.spark.runner import run_processor
+
+META_COLUMN = "__dstl_meta"
+PARTITION_COLUMN = "__dstl_partition"
+
+
+@dataclass(frozen=True)
+class TaskPlan:
+    """Everything a task needs, as plain data (it travels inside the task closure)."""
+
+    checkpoint: str
+    operator: str
+    num_partitions: int
+    batch_id: int
+    now_ms: int
+    key_columns: tuple[str, ...]
+    settings: Mapping[str, str]
+    input_schema: pa.Schema
+    output_schema: pa.Schema
+    bases: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
+
+    @property
+    def result_schema(self) -> pa.Schema:
+        """The output schema, all nullable, plus the meta column."""
+        fields = [f.with_nullable(True) for f in self.output_schema]
+        return pa.schema([*fields, pa.field(META_COLUMN, pa.string())])
+
+
+def stateful_task(plan: TaskPlan, processor: AnyProcessor,
+                  batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    from pyspark import TaskContext  # executor-only import: the plan module stays light
+
+    context = TaskContext.get()
+    if context is None:
+        raise PartitioningError("the stateful task must run inside a Spark task")
+    partition, attempt = context.partitionId(), context.attemptNumber()
+    started = time.monotonic()
+    table = _own_rows(plan, partition, batches)
+    base = plan.bases.get(partition)
+    base_info = CheckpointInfo.from_dict(base) if base is not None else None
+    with store_cache().provider(plan.settings, plan.checkpoint, plan.operator,
+                                partition) as provider:
+        store = (provider.get_store(base_info.version, base_info) if base_info is not None
+                 else provider.get_store(0))
+        loaded = time.monotonic()
+        try:
+            output, keys = run_processor(
+                processor, store, table, plan.key_columns, plan.output_schema,
+                batch_id=plan.batch_id, partition_id=partition, now_ms=plan.now_ms)
+            processed = time.monotonic()
+            info = store.commit()
+        except BaseException as exc:
+            store.abort()
+            _close_after_failure(processor, exc)
+            raise
+        committed = time.monotonic()
+        metrics = dict(store.metrics())
+    processor.close()  # after the commit: a failure here is a failure after committing
+    stats = {
+        "partition": partition,
+        "attempt": attempt,
+        "input_rows": table.num_rows,
+        "keys": keys,
+        "output_rows": output.num_rows,
+        "load_seconds": loaded - started,
+        "process_seconds": processed - loaded,
+        "commit_seconds": committed - processed,
+        "task_seconds": time.monotonic() - started,
+        "changelog_bytes": info.changelog.size,
+        "materialized_version": info.materialized.version if info.materialized else None,
+        "store": {k: v for k, v in metrics.items() if _is_plain(v)},
+    }
+    schema = plan.result_schema
+    for batch in output.to_batches():
+        yield pa.RecordBatch.from_arrays(
+            [*batch.columns, pa.nulls(batch.num_rows, pa.string())], schema=schema)
+    meta = json.dumps({"info": info.to_dict(), "stats": stats}, sort_keys=True)
+    yield pa.RecordBatch.from_arrays(
+        [pa.nulls(1, f.type) for f in plan.output_schema] + [pa.array([meta], pa.string())],
+        schema=schema)
+
+
+def _own_rows(plan: TaskPlan, partition: int, batches: Iterator[pa.RecordBatch]) -> pa.Table:
+    """The task's rows without the partition column, after checking it owns every key."""
+    table = pa.Table.from_batches(list(batches), schema=plan.input_schema)
+    if table.num_rows:
+        column = table.column(PARTITION_COLUMN)
+        wrong = pc.sum(pc.not_equal(column, pa.scalar(partition, column.type))).as_py()
+        if wrong:
+            raise PartitioningError(
+                f"task of state partition {partition} received {wrong} row(s) hashed to "
+                f"another partition (was the stage repartitioned or coalesced, e.g. by "
+                f"adaptive execution?)")
+    return table.drop_columns([PARTITION_COLUMN])
+
+
+def _close_after_failure(processor: AnyProcessor, error: BaseException) -> None:
+    """close() even after a failure; its own error becomes a note on the first one."""
+    try:
+        processor.close()
+    except Exception as exc:
+        error.add_note(f"{type(processor).__name__}.close() also failed: {exc!r}")
+
+
+def _is_plain(value: Any) -> bool:
+    return value is None or isinstance(value, bool | int | float | str)

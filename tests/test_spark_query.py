@@ -1,0 +1,281 @@
+"""The stateful operator in real PySpark (local[2,4]): exact state through retries, re-executed
+stages, restarts, materialization and cleanup; settings and partition checks; the state reader.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from backend.spark import (
+    PartitionCountError,
+    StatefulStream,
+    stateful,
+)
+from backend.spark.executor import store_cache
+from changelog.errors import ConfigError
+from tests.support.spark import (
+    COUNT_SCHEMA,
+    INPUT_SCHEMA,
+    CountProcessor,
+    FailAfterCommitProcessor,
+    VectorizedCountProcessor,
+    count_model,
+    file_stream,
+    make_batches,
+    stored_counts,
+    write_batches,
+)
+
+pytestmark = pytest.mark.spark
+
+Outputs = dict[int, dict[str, int]]
+
+
+def collecting_sink(outputs: Outputs) -> Callable[[Any, int], None]:
+    """An idempotent sink: a replayed batch id replaces what that batch wrote before."""
+
+    def sink(df: Any, batch_id: int) -> None:
+        outputs[batch_id] = {row["user"]: row["count"] for row in df.collect()}
+
+    return sink
+
+
+def run_files(spark: Any, inputs: Path, checkpoint: Path, processor: Any = None,
+              outputs: Outputs | None = None, **process_args: Any) -> StatefulStream:
+    """Run a stream over every file in `inputs` (one per batch) until it has read them all."""
+    stream = (stateful(file_stream(spark, inputs)).group_by("user")
+              .process(processor or CountProcessor(), COUNT_SCHEMA,
+                       checkpoint=str(checkpoint), **process_args)
+              .foreach_batch(collecting_sink(outputs if outputs is not None else {})))
+    query = stream.start(trigger={"availableNow": True})
+    query.awaitTermination()
+    assert query.exception() is None
+    return stream
+
+
+def batch_frame(spark: Any, frame: Any) -> Any:
+    return spark.createDataFrame(frame, schema=INPUT_SCHEMA)
+
+
+def files_under(root: Path, suffix: str) -> list[Path]:
+    return sorted(p for p in root.rglob(f"*{suffix}") if p.is_file())
+
+
+def test_keyed_count_over_twenty_batches_equals_a_pandas_model(spark: Any,
+                                                               tmp_path: Path) -> None:
+    frames = make_batches(22, rows=400, keys=150, seed=1)
+    write_batches(tmp_path / "in", frames)
+    outputs: Outputs = {}
+    stream = run_files(spark, tmp_path / "in", tmp_path / "ckpt", outputs=outputs, partitions=4)
+    assert [p.batch_id for p in stream.progress] == list(range(22))
+    for batch_id, frame in enumerate(frames):
+        model = count_model(frames[: batch_id + 1])
+        assert outputs[batch_id] == {user: model[user] for user in set(frame["user"])}
+    assert stored_counts(spark, str(tmp_path / "ckpt")) == count_model(frames)
+
+
+def test_vectorized_processor_keeps_the_same_state_as_the_per_key_one(
+        spark: Any, tmp_path: Path) -> None:
+    frames = make_batches(3, rows=600, keys=200, seed=2)
+    for name, processor in (("per-key", CountProcessor()),
+                            ("vectorized", VectorizedCountProcessor())):
+        stream = (stateful(batch_frame(spark, frames[0])).group_by("user")
+                  .process(processor, COUNT_SCHEMA, checkpoint=str(tmp_path / name),
+                           partitions=3))
+        for batch_id, frame in enumerate(frames):
+            stream.run_batch(batch_frame(spark, frame), batch_id)
+    assert stored_counts(spark, str(tmp_path / "per-key")) == count_model(frames)
+    assert stored_counts(spark, str(tmp_path / "vectorized")) == count_model(frames)
+
+
+def test_task_retried_after_its_commit_commits_the_retry(spark: Any, tmp_path: Path) -> None:
+    frames = make_batches(3, rows=300, keys=80, seed=3)
+    operator = (stateful(batch_frame(spark, frames[0])).group_by("user")
+                .process(FailAfterCommitProcessor(), COUNT_SCHEMA,
+                         checkpoint=str(tmp_path / "ckpt"), partitions=2).operator)
+    for batch_id, frame in enumerate(frames):
+        result = operator.execute(batch_frame(spark, frame), batch_id)
+        assert result.stats[0]["attempt"] == 1 and result.stats[1]["attempt"] == 0
+        operator.commit(result)
+    # attempt 0 of partition 0 committed a changelog too: one more file per batch than kept
+    changelogs = files_under(tmp_path / "ckpt" / "state" / "stateful" / "0", ".changelog")
+    committed = {f"{v}_{uid}" for v, uid in result.infos[0].lineage}
+    assert len(changelogs) >= 2 * len(frames)
+    assert {p.name.split(".")[0] for p in changelogs} > committed
+    assert stored_counts(spark, str(tmp_path / "ckpt")) == count_model(frames)
+
+
+def test_stage_run_twice_gives_two_unique_ids_for_one_version(spark: Any,
+                                                               tmp_path: Path) -> None:
+    frames = make_batches(2, rows=300, keys=60, seed=4)
+    operator = (stateful(batch_frame(spark, frames[0])).group_by("user")
+                .process(CountProcessor(), COUNT_SCHEMA, checkpoint=str(tmp_path / "ckpt"),
+                         partitions=2).operator)
+    first = operator.execute(batch_frame(spark, frames[0]), 0)
+    second = operator.execute(batch_frame(spark, frames[0]), 0)
+    for partition in (0, 1):
+        a, b = first.infos[partition], second.infos[partition]
+        assert a.version == b.version == 1 and a.unique_id != b.unique_id
+    operator.commit(second)
+    following = operator.execute(batch_frame(spark, frames[1]), 1)
+    operator.commit(following)
+    for partition in (0, 1):
+        info = following.infos[partition]
+        assert info.base_unique_id == second.infos[partition].unique_id
+        assert [uid for _, uid in info.lineage][-2:] == [second.infos[partition].unique_id,
+                                                         info.unique_id]
+    assert stored_counts(spark, str(tmp_path / "ckpt")) == count_model(frames)
+
+
+def test_restart_continues_from_the_checkpoint(spark: Any, tmp_path: Path) -> None:
+    frames = make_batches(8, rows=300, keys=100, seed=5)
+    write_batches(tmp_path / "in", frames[:4])
+    run_files(spark, tmp_path / "in", tmp_path / "ckpt", partitions=3)
+    write_batches(tmp_path / "in", frames[4:], start=4)
+    stream = run_files(spark, tmp_path / "in", tmp_path / "ckpt")  # partitions as recorded
+    assert [p.batch_id for p in stream.progress] == [4, 5, 6, 7]
+    assert stored_counts(spark, str(tmp_path / "ckpt")) == count_model(frames)
+
+
+def test_restart_after_the_driver_died_between_the_two_commits(spark: Any,
+                                                                tmp_path: Path) -> None:
+    frames = make_batches(4, rows=300, keys=100, seed=6)
+    write_batches(tmp_path / "in", frames)
+    outputs: Outputs = {}
+    run_files(spark, tmp_path / "in", tmp_path / "ckpt", outputs=outputs, partitions=2)
+    # what a driver dying after our commit log entry and before the engine's commit leaves:
+    engine_commits = tmp_path / "ckpt" / "engine" / "commits"
+    (engine_commits / "3").unlink()
+    (engine_commits / ".3.crc").unlink(missing_ok=True)
+    stream = run_files(spark, tmp_path / "in", tmp_path / "ckpt", outputs=outputs)
+    assert [p.batch_id for p in stream.progress] == [3]
+    assert stream.progress[0].commit_path == "commits/3.1"
+    assert stored_counts(spark, str(tmp_path / "ckpt")) == count_model(frames)
+    assert outputs[3] == {u: count_model(frames)[u] for u in set(frames[3]["user"])}
+
+
+def test_materialization_truncation_and_cleanup_happen_during_a_run(spark: Any,
+                                                                    tmp_path: Path) -> None:
+    frames = make_batches(14, rows=300, keys=120, seed=7)
+    write_batches(tmp_path / "in", frames[:12])
+    settings = {"materialization.everyNCommits": "1", "materialization.interval": "off",
+                "stateStore.minBatchesToRetain": "3", "query.cleanupInterval": "2"}
+    stream = run_files(spark, tmp_path / "in", tmp_path / "ckpt", partitions=2, conf=settings)
+    root = tmp_path / "ckpt"
+    state = root / "state" / "stateful"
+    assert files_under(state, ".snapshot"), "no snapshot was materialized"
+    assert sum(p.materialized_partitions for p in stream.progress) > 0
+    assert sum(p.cleanup_deleted_files for p in stream.progress) > 0
+    commits = len(stream.progress) * 2  # each commit of each partition wrote a changelog
+    assert len(files_under(state, ".changelog")) < commits  # truncated and cleaned up
+    assert len(list((root / "commits").iterdir())) <= 3 + 2  # retention + cleanup interval
+    write_batches(tmp_path / "in", frames[12:], start=12)
+    run_files(spark, tmp_path / "in", root, conf=settings)
+    assert stored_counts(spark, str(root)) == count_model(frames)
+
+
+def test_invalid_setting_fails_at_query_start_naming_the_key(spark: Any,
+                                                             tmp_path: Path) -> None:
+    grouped = stateful(file_stream(spark, tmp_path)).group_by("user")
+    with pytest.raises(ConfigError, match=r"spark\.dstl\.changelog\.persistDelay"):
+        grouped.process(CountProcessor(), COUNT_SCHEMA, checkpoint=str(tmp_path / "c"),
+                        conf={"changelog.persistDelay": "soon"})
+    spark.conf.set("spark.dstl.stateStore.bogus", "1")
+    try:
+        with pytest.raises(ConfigError, match=r"spark\.dstl\.stateStore\.bogus"):
+            grouped.process(CountProcessor(), COUNT_SCHEMA, checkpoint=str(tmp_path / "c"))
+    finally:
+        spark.conf.unset("spark.dstl.stateStore.bogus")
+
+
+def test_missing_checkpoint_location_is_refused(spark: Any, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"spark\.dstl\.query\.checkpointLocation"):
+        stateful(file_stream(spark, tmp_path)).group_by("user").process(
+            CountProcessor(), COUNT_SCHEMA)
+
+
+def test_grouping_key_of_an_unsupported_type_is_refused(spark: Any) -> None:
+    df = spark.range(3).selectExpr("current_timestamp() as t", "id")
+    with pytest.raises(ValueError, match="column 't' has type timestamp"):
+        stateful(df).group_by("t")
+
+
+def test_changed_partition_count_is_refused(spark: Any, tmp_path: Path) -> None:
+    frames = make_batches(2, rows=100, keys=30, seed=8)
+
+    def stream(partitions: int) -> StatefulStream:
+        return (stateful(batch_frame(spark, frames[0])).group_by("user")
+                .process(CountProcessor(), COUNT_SCHEMA, checkpoint=str(tmp_path / "ckpt"),
+                         partitions=partitions))
+
+    stream(4).run_batch(batch_frame(spark, frames[0]), 0)
+    with pytest.raises(PartitionCountError, match="has 4 state partitions but the query "
+                                                  "asks for 3"):
+        stream(3).run_batch(batch_frame(spark, frames[1]), 1)
+
+
+def test_state_reader_returns_the_model_state_of_any_retained_batch(spark: Any,
+                                                                     tmp_path: Path) -> None:
+    frames = make_batches(3, rows=200, keys=50, seed=9)
+    write_batches(tmp_path / "in", frames)
+    run_files(spark, tmp_path / "in", tmp_path / "ckpt", partitions=2)
+    checkpoint = str(tmp_path / "ckpt")
+    for batch_id in range(3):
+        assert stored_counts(spark, checkpoint, batch_id) == count_model(frames[: batch_id + 1])
+    plain = (spark.read.format("dstl-state").option("batchId", 1).load(checkpoint)
+             .where("state_variable = 'count'").toPandas())
+    assert {json.loads(k)[0]: json.loads(v) for k, v in zip(plain.key, plain.value,
+                                                             strict=True)} \
+        == count_model(frames[:2])
+    assert set(plain["partition"]) == {0, 1} and set(plain["kind"]) == {"value"}
+
+
+def test_cache_output_mode_gives_the_same_output_and_state(spark: Any,
+                                                           tmp_path: Path) -> None:
+    frames = make_batches(3, rows=300, keys=90, seed=10)
+    write_batches(tmp_path / "in", frames)
+    outputs: Outputs = {}
+    run_files(spark, tmp_path / "in", tmp_path / "ckpt", outputs=outputs, partitions=2,
+              conf={"query.outputMode": "cache"})
+    model = count_model(frames)
+    assert outputs[2] == {user: model[user] for user in set(frames[2]["user"])}
+    assert stored_counts(spark, str(tmp_path / "ckpt")) == model
+    assert spark.sparkContext._jsc.getPersistentRDDs().isEmpty()
+
+
+def test_keyed_count_on_the_s3_api_with_hedging(spark: Any, s3: Any, tmp_path: Path) -> None:
+    frames = make_batches(4, rows=300, keys=100, seed=11)
+    write_batches(tmp_path / "in", frames)
+    options = s3.options
+    settings = {
+        "changelog.s3.endpoint": options.s3_endpoint_url, "changelog.s3.region": options.s3_region,
+        "changelog.s3.accessKeyId": options.s3_access_key_id,
+        "changelog.s3.secretAccessKey": options.s3_secret_access_key,
+        "changelog.s3.addressingStyle": "path", "changelog.hedging.enabled": "true",
+        "query.engineCheckpointLocation": str(tmp_path / "engine"),
+    }
+    stream = (stateful(file_stream(spark, tmp_path / "in")).group_by("user")
+              .process(CountProcessor(), COUNT_SCHEMA, checkpoint=s3.url, partitions=2,
+                       conf=settings))
+    stream.start(trigger={"availableNow": True}).awaitTermination()
+    assert len(stream.progress) == 4
+    keys = s3.direct_keys()
+    assert any(k.startswith("state/stateful/0/") and k.endswith(".changelog") for k in keys)
+    assert [k for k in keys if k.startswith("commits/")] == [f"commits/{b}.0" for b in range(4)]
+    assert s3.proxy.count("PUT", "/") > 0
+    assert stored_counts(spark, s3.url, conf=settings) == count_model(frames)
+
+
+def test_driver_keeps_no_store_open(spark: Any, tmp_path: Path) -> None:
+    frames = make_batches(1, rows=50, keys=10, seed=12)
+    stream = (stateful(batch_frame(spark, frames[0])).group_by("user")
+              .process(CountProcessor(), COUNT_SCHEMA, checkpoint=str(tmp_path / "ckpt"),
+                       partitions=2))
+    stream.run_batch(batch_frame(spark, frames[0]), 0)
+    assert stored_counts(spark, str(tmp_path / "ckpt")) == count_model(frames)
+    assert store_cache().open_stores() == []  # the commit log is all the driver touched
