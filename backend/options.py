@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from changelog.config import ChangelogOptions
 from changelog.errors import ConfigError
-from changelog.units import parse_duration, parse_size
+from changelog.settings import (
+    Parser,
+    parse_duration,
+    parse_int,
+    parse_size,
+    parse_text,
+    read_section,
+)
 from materializer.options import MaterializerOptions
 
 MB = 1024 * 1024
@@ -67,41 +74,13 @@ class BackendOptions:
         Every key under `prefix` must be known, except those under one of `other_sections`
         (sub-prefixes that another component reads, e.g. "query.").
         """
-        foreign = tuple(prefix + section for section in other_sections)
-        by_key = {key: name for name, key in CONF_KEYS.items()}
-        changes: dict[str, Any] = {}
-        for full_key, raw in conf.items():
-            if not full_key.startswith(prefix) or full_key.startswith(foreign):
-                continue
-            key = full_key[len(prefix):]
-            if key.startswith((CHANGELOG_SECTION, MATERIALIZATION_SECTION)):
-                continue
-            if key not in by_key:
-                raise ConfigError(f"{full_key}: unknown setting (known: "
-                                  f"{', '.join(sorted(prefix + k for k in by_key))}, and "
-                                  f"{prefix}{CHANGELOG_SECTION}* / "
-                                  f"{prefix}{MATERIALIZATION_SECTION}*)")
-            changes[by_key[key]] = _PARSERS[by_key[key]](raw, full_key)
+        changes = read_section(conf, prefix, CONF_KEYS, _PARSERS, "state backend",
+                               skip=(CHANGELOG_SECTION, MATERIALIZATION_SECTION,
+                                     *other_sections))
         changes["changelog"] = ChangelogOptions.from_conf(conf, prefix + CHANGELOG_SECTION)
         changes["materialization"] = MaterializerOptions.from_conf(
             conf, prefix + MATERIALIZATION_SECTION)
         return cls(**changes)
-
-
-def _int(raw: Any, key: str) -> int:
-    if isinstance(raw, bool):
-        raise ConfigError(f"{key}: expected an integer, got {raw!r}")
-    try:
-        return int(str(raw).strip())
-    except ValueError as exc:
-        raise ConfigError(f"{key}: expected an integer, got {raw!r}") from exc
-
-
-def _text(raw: Any, key: str) -> str:
-    text = str(raw).strip()
-    if not text:
-        raise ConfigError(f"{key}: must not be blank")
-    return text
 
 
 CONF_KEYS: dict[str, str] = {
@@ -116,14 +95,14 @@ CONF_KEYS: dict[str, str] = {
     "max_background_jobs": "rocksdb.maxBackgroundJobs",
 }
 
-_PARSERS: dict[str, Callable[[Any, str], Any]] = {
-    "provider_class": _text,
-    "min_batches_to_retain": _int,
-    "local_dir": _text,
+_PARSERS: dict[str, Parser] = {
+    "provider_class": parse_text,
+    "min_batches_to_retain": parse_int,
+    "local_dir": parse_text,
     "lock_timeout": parse_duration,
-    "tx_cache_max_entries": _int,
+    "tx_cache_max_entries": parse_int,
     "tx_cache_max_bytes": parse_size,
     "write_buffer_size": parse_size,
     "block_cache_size": parse_size,
-    "max_background_jobs": _int,
+    "max_background_jobs": parse_int,
 }

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 from urllib.parse import urlsplit
 
 from changelog.errors import ConfigError
-from changelog.units import parse_duration, parse_size
+from changelog.settings import (
+    Parser,
+    parse_bool,
+    parse_duration,
+    parse_float,
+    parse_int,
+    parse_optional_int,
+    parse_optional_text,
+    parse_size,
+    parse_word,
+    read_section,
+)
 
 MB = 1024 * 1024
 COMPRESSIONS = ("none", "zstd")
@@ -104,20 +115,9 @@ class ChangelogOptions:
     def from_conf(cls, conf: Mapping[str, str], prefix: str = "spark.dstl.changelog.",
                   base: ChangelogOptions | None = None) -> ChangelogOptions:
         """Options from string settings such as Spark conf; unknown keys under prefix fail."""
-        base = base or cls()
-        by_key = {key: name for name, key in CONF_KEYS.items()}
-        changes: dict[str, Any] = {}
-        for full_key, raw in conf.items():
-            if not full_key.startswith(prefix):
-                continue
-            key = full_key[len(prefix):]
-            if key not in by_key:
-                raise ConfigError(f"{full_key}: unknown changelog setting "
-                                  f"(known: {', '.join(sorted(by_key))})")
-            name = by_key[key]
-            changes[name] = _PARSERS[name](raw, full_key)
+        changes = read_section(conf, prefix, CONF_KEYS, _PARSERS, "changelog")
         try:
-            return replace(base, **changes)
+            return replace(base or cls(), **changes)
         except ConfigError as exc:
             raise ConfigError(f"{prefix}{exc}") from exc  # the message starts with the key
 
@@ -125,45 +125,6 @@ class ChangelogOptions:
 def _is_http_url(url: str) -> bool:
     parts = urlsplit(url)
     return parts.scheme in ("http", "https") and bool(parts.hostname)
-
-
-def _parse_bool(raw: Any, key: str) -> bool:
-    if isinstance(raw, bool):
-        return raw
-    text = str(raw).strip().lower()
-    if text in ("true", "1", "yes", "on"):
-        return True
-    if text in ("false", "0", "no", "off"):
-        return False
-    raise ConfigError(f"{key}: expected true or false, got {raw!r}")
-
-
-def _parse_int(raw: Any, key: str) -> int:
-    try:
-        return int(str(raw).strip())
-    except ValueError as exc:
-        raise ConfigError(f"{key}: expected an integer, got {raw!r}") from exc
-
-
-def _parse_float(raw: Any, key: str) -> float:
-    try:
-        return float(str(raw).strip())
-    except ValueError as exc:
-        raise ConfigError(f"{key}: expected a number, got {raw!r}") from exc
-
-
-def _parse_optional_str(raw: Any, key: str) -> str | None:
-    text = str(raw).strip()
-    return text or None
-
-
-def _parse_optional_int(raw: Any, key: str) -> int | None:
-    text = str(raw).strip()
-    return _parse_int(text, key) if text else None
-
-
-def _parse_str(raw: Any, key: str) -> str:
-    return str(raw).strip().lower()
 
 
 CONF_KEYS: dict[str, str] = {
@@ -202,18 +163,18 @@ _SIZES = {"persist_size_threshold", "preemptive_persist_threshold", "max_in_flig
           "cache_max_bytes"}
 
 
-def _parser_for(name: str) -> Callable[[Any, str], Any]:
+def _parser_for(name: str) -> Parser:
     if name in _DURATIONS:
         return parse_duration
     if name in _SIZES:
         return parse_size
-    kinds: dict[str, Callable[[Any, str], Any]] = {
-        "bool": _parse_bool, "int": _parse_int, "float": _parse_float, "str": _parse_str,
-        "str | None": _parse_optional_str, "int | None": _parse_optional_int,
+    kinds: dict[str, Parser] = {
+        "bool": parse_bool, "int": parse_int, "float": parse_float, "str": parse_word,
+        "str | None": parse_optional_text, "int | None": parse_optional_int,
     }
     field_type = {f.name: f.type for f in fields(ChangelogOptions)}[name]
     return kinds[str(field_type)]
 
 
-_PARSERS: dict[str, Callable[[Any, str], Any]] = {name: _parser_for(name) for name in CONF_KEYS}
+_PARSERS: dict[str, Parser] = {name: _parser_for(name) for name in CONF_KEYS}
 assert set(CONF_KEYS) == {f.name for f in fields(ChangelogOptions)}

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from changelog.errors import ConfigError
-from changelog.units import parse_duration, parse_size
+from changelog.settings import (
+    Parser,
+    parse_int,
+    parse_optional_duration,
+    parse_optional_int,
+    parse_optional_text,
+    parse_size,
+    read_section,
+)
 
 MB = 1024 * 1024
 CONF_PREFIX = "spark.dstl.materialization."
-_OFF = ("", "none", "off", "false", "disabled")
 
 
 @dataclass(frozen=True)
@@ -56,50 +63,11 @@ class MaterializerOptions:
     def from_conf(cls, conf: Mapping[str, Any], prefix: str = CONF_PREFIX,
                   base: MaterializerOptions | None = None) -> MaterializerOptions:
         """Options from string settings such as Spark conf; unknown keys under prefix fail."""
-        by_key = {key: name for name, key in CONF_KEYS.items()}
-        changes: dict[str, Any] = {}
-        for full_key, raw in conf.items():
-            if not full_key.startswith(prefix):
-                continue
-            key = full_key[len(prefix):]
-            if key not in by_key:
-                raise ConfigError(f"{full_key}: unknown materialization setting "
-                                  f"(known: {', '.join(sorted(by_key))})")
-            changes[by_key[key]] = _PARSERS[by_key[key]](raw, full_key)
+        changes = read_section(conf, prefix, CONF_KEYS, _PARSERS, "materialization")
         try:
             return replace(base or cls(), **changes)
         except ConfigError as exc:
             raise ConfigError(f"{exc} (settings under {prefix!r})") from exc
-
-
-def _is_off(raw: Any) -> bool:
-    return raw is None or str(raw).strip().lower() in _OFF
-
-
-def _optional_duration(raw: Any, key: str) -> float | None:
-    return None if _is_off(raw) else parse_duration(raw, key)
-
-
-def _int(raw: Any, key: str) -> int:
-    if isinstance(raw, bool):
-        raise ConfigError(f"{key}: expected an integer, got {raw!r}")
-    try:
-        return int(str(raw).strip())
-    except ValueError as exc:
-        raise ConfigError(f"{key}: expected an integer, got {raw!r}") from exc
-
-
-def _optional_int(raw: Any, key: str) -> int | None:
-    return None if _is_off(raw) else _int(raw, key)
-
-
-def _size(raw: Any, key: str) -> int:
-    return parse_size(raw, key)
-
-
-def _optional_str(raw: Any, key: str) -> str | None:
-    text = "" if raw is None else str(raw).strip()
-    return text or None
 
 
 CONF_KEYS: dict[str, str] = {
@@ -113,14 +81,14 @@ CONF_KEYS: dict[str, str] = {
     "cache_dir": "cacheDir",
 }
 
-_PARSERS: dict[str, Callable[[Any, str], Any]] = {
-    "interval": _optional_duration,
-    "every_n_commits": _optional_int,
-    "max_consecutive_failures": _int,
-    "backstop_bytes": _size,
-    "worker_threads": _int,
-    "upload_parallelism": _int,
-    "restore_parallelism": _int,
-    "cache_dir": _optional_str,
+_PARSERS: dict[str, Parser] = {
+    "interval": parse_optional_duration,
+    "every_n_commits": parse_optional_int,
+    "max_consecutive_failures": parse_int,
+    "backstop_bytes": parse_size,
+    "worker_threads": parse_int,
+    "upload_parallelism": parse_int,
+    "restore_parallelism": parse_int,
+    "cache_dir": parse_optional_text,
 }
 assert set(CONF_KEYS) == set(_PARSERS) == {f.name for f in fields(MaterializerOptions)}

@@ -13,6 +13,7 @@ from typing import Any
 
 from backend.options import CONF_PREFIX, BackendOptions
 from changelog.errors import ConfigError
+from changelog.settings import Parser, parse_int, parse_text, parse_word, read_section
 
 QUERY_SECTION = "query."
 QUERY_PREFIX = CONF_PREFIX + QUERY_SECTION
@@ -60,44 +61,18 @@ CONF_KEYS: dict[str, str] = {
 }
 
 
-def _int(raw: Any, key: str) -> int:
-    if isinstance(raw, bool):
-        raise ConfigError(f"{key}: expected an integer, got {raw!r}")
-    try:
-        return int(str(raw).strip())
-    except ValueError as exc:
-        raise ConfigError(f"{key}: expected an integer, got {raw!r}") from exc
-
-
-def _text(raw: Any, key: str) -> str:
-    text = str(raw).strip()
-    if not text:
-        raise ConfigError(f"{key}: must not be blank")
-    return text
-
-
-_PARSERS = {
-    "checkpoint_location": _text,
-    "engine_checkpoint_location": _text,
-    "partitions": _int,
-    "operator_name": _text,
-    "output_mode": lambda raw, key: _text(raw, key).lower(),
-    "cleanup_interval": _int,
+_PARSERS: dict[str, Parser] = {
+    "checkpoint_location": parse_text,
+    "engine_checkpoint_location": parse_text,
+    "partitions": parse_int,
+    "operator_name": parse_text,
+    "output_mode": parse_word,
+    "cleanup_interval": parse_int,
 }
 
 
 def _query_options(settings: Mapping[str, str]) -> QueryOptions:
-    by_key = {key: name for name, key in CONF_KEYS.items()}
-    changes: dict[str, Any] = {}
-    for full_key, raw in settings.items():
-        if not full_key.startswith(QUERY_PREFIX):
-            continue
-        key = full_key[len(QUERY_PREFIX):]
-        if key not in by_key:
-            raise ConfigError(f"{full_key}: unknown setting (known: "
-                              f"{', '.join(sorted(QUERY_PREFIX + k for k in by_key))})")
-        changes[by_key[key]] = _PARSERS[by_key[key]](raw, full_key)
-    return QueryOptions(**changes)
+    return QueryOptions(**read_section(settings, QUERY_PREFIX, CONF_KEYS, _PARSERS, "query"))
 
 
 def normalize_key(key: str) -> str:
