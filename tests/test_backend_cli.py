@@ -15,8 +15,8 @@ from backend.checkpoint import CheckpointInfo
 from backend.cli import main
 from backend.naming import store_dir
 from tests.support import S3Env
-from tests.support.moto_server import ACCESS_KEY, REGION, SECRET_KEY
 from tests.support.backend import BackendEnv, entry_of, file_env, s3_env
+from tests.support.moto_server import ACCESS_KEY, REGION, SECRET_KEY
 
 STORE_DIR = store_dir("agg/0")
 
