@@ -24,10 +24,14 @@ class Position:
         return cls(0, None, None, (), ChangelogHandle.empty(store_id, 0))
 
     def on_snapshot(self, snapshot: MaterializedHandle) -> Position:
-        """The same version built on `snapshot` (one of this lineage): FLIP-158 truncation."""
+        """The same version built on `snapshot` (one of this lineage): FLIP-158 truncation.
+
+        Only the changes the snapshot holds are dropped: a snapshot of an older version (one
+        that finished uploading after later commits) keeps the changes of those commits.
+        """
         return Position(self.version, self.unique_id, snapshot,
                         tuple(entry for entry in self.lineage if entry[0] > snapshot.version),
-                        ChangelogHandle.empty(self.handle.log_id, snapshot.sqn))
+                        self.handle.slice(snapshot.sqn))
 
     def after_commit(self, version: int, unique_id: str,
                      persisted: ChangelogHandle) -> Position:
