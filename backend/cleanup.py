@@ -12,25 +12,60 @@ entries, plus any in-flight infos the caller knows of):
   to attempts or snapshot uploads still running, so they stay until the floor passes them;
   that is also how an orphan of a crashed attempt eventually goes.
 Data files go before the manifests that name them, so an interrupted run can be repeated.
+
+Uploads killed halfway leave temp files that no listing shows (LocalStore's '.tmp-*'), so no
+reference rule can reach them: each cleaned store directory and the commit log directory are
+swept for such leftovers older than a grace period no live upload can reach.
 """
 
 from __future__ import annotations
 
+import math
 import posixpath
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from backend.checkpoint import CheckpointInfo
 from backend.commit_log import CommitEntry, CommitLog
+from backend.errors import BackendError
 from backend.faults import kill_point
 from backend.listing import StoreDirListing, list_stores
+from backend.naming import store_dir
+from changelog.config import ChangelogOptions
 from changelog.storage.base import ObjectInfo
 from materializer.errors import MaterializerError
 from materializer.listing import aread_manifest
 from materializer.manifest import SnapshotManifest
 from materializer.names import parse_uploaded_version
 from materializer.remote import RemoteFiles
+
+MIN_INCOMPLETE_GRACE = 300.0
+"""Seconds: the least age at which a temp file counts as left behind by a dead upload."""
+INCOMPLETE_GRACE_ATTEMPTS = 10
+"""Attempt timeouts a temp file must have outlived to count as left behind."""
+
+
+class CleanableFiles(RemoteFiles, Protocol):
+    """RemoteFiles plus what the cleanup needs from ChangelogStorage."""
+
+    @property
+    def options(self) -> ChangelogOptions: ...
+
+    async def aremove_incomplete_uploads(self, prefix: str, grace: float, *,
+                                         dry_run: bool = False) -> list[ObjectInfo]: ...
+
+
+def default_incomplete_grace(options: ChangelogOptions) -> float:
+    """How old a temp file must be before it is taken for the leftover of a dead upload.
+
+    An upload's temp file lives for one attempt (bounded by retry.attemptTimeout), though a
+    blocked write or fsync can keep its worker thread busy past the timeout: ten attempt
+    timeouts, and at least 5 minutes against paused processes and clock skew between hosts
+    sharing a file system. Removing a live one would fail that attempt, never damage an object.
+    """
+    return max(INCOMPLETE_GRACE_ATTEMPTS * options.attempt_timeout, MIN_INCOMPLETE_GRACE)
 
 
 @dataclass
@@ -49,6 +84,8 @@ class CleanupReport:
     stores: list[StoreCleanup] = field(default_factory=list)
     commit_entries: list[ObjectInfo] = field(default_factory=list)
     unknown_stores: list[str] = field(default_factory=list)
+    incomplete_grace: float = MIN_INCOMPLETE_GRACE
+    incomplete_uploads: list[ObjectInfo] = field(default_factory=list)  # temp files removed
 
     @property
     def files(self) -> list[str]:
@@ -66,13 +103,18 @@ class CleanupReport:
 
 
 class Cleaner:
-    def __init__(self, storage: RemoteFiles) -> None:
+    def __init__(self, storage: CleanableFiles, incomplete_grace: float | None = None) -> None:
         self._storage = storage
+        self._grace = (default_incomplete_grace(storage.options) if incomplete_grace is None
+                       else incomplete_grace)
+        if not math.isfinite(self._grace) or self._grace < 0:
+            raise BackendError(f"incomplete_grace must be a finite number of seconds >= 0, "
+                               f"got {incomplete_grace!r}")
 
     def run(self, entries: Sequence[CommitEntry], *, in_flight: Iterable[CheckpointInfo] = (),
             commit_log: CommitLog | None = None, dry_run: bool = True) -> CleanupReport:
         """Clean every store the retained `entries` name; delete nothing when dry_run."""
-        report = CleanupReport(dry_run)
+        report = CleanupReport(dry_run, incomplete_grace=self._grace)
         retained: dict[str, list[CheckpointInfo]] = {}
         for entry in entries:
             for info in entry.infos():
@@ -88,6 +130,12 @@ class Cleaner:
                                                  extra.get(store_id, [])))
         if commit_log is not None and entries:
             report.commit_entries = commit_log.obsolete(min(e.batch_id for e in entries))
+        sweep = [store_dir(store.store_id) + "/" for store in report.stores]
+        if commit_log is not None:
+            sweep.append(posixpath.dirname(commit_log.path_of(0, 0)) + "/")
+        for prefix in sweep:
+            report.incomplete_uploads += self._storage.loop.run(
+                self._storage.aremove_incomplete_uploads(prefix, self._grace, dry_run=dry_run))
         if not dry_run:
             self._delete(report)
         return report
@@ -165,10 +213,15 @@ def _kind(path: str) -> str:
     return "data"
 
 
-def cleanup_checkpoint(storage: RemoteFiles, retain: int, *, dry_run: bool = True,
-                       in_flight: Iterable[CheckpointInfo] = ()) -> CleanupReport:
-    """Keep the newest `retain` commit log entries and what they need; clean the rest."""
+def cleanup_checkpoint(storage: CleanableFiles, retain: int, *, dry_run: bool = True,
+                       in_flight: Iterable[CheckpointInfo] = (),
+                       incomplete_grace: float | None = None) -> CleanupReport:
+    """Keep the newest `retain` commit log entries and what they need; clean the rest.
+
+    Temp files of uploads killed halfway go once older than `incomplete_grace` seconds
+    (default: default_incomplete_grace of the storage's options).
+    """
     commit_log = CommitLog(storage)
     entries = commit_log.retained(retain)
-    return Cleaner(storage).run(entries, in_flight=in_flight, commit_log=commit_log,
-                                dry_run=dry_run)
+    return Cleaner(storage, incomplete_grace).run(entries, in_flight=in_flight,
+                                                  commit_log=commit_log, dry_run=dry_run)

@@ -229,6 +229,34 @@ def decode_header(data: bytes | memoryview, path: str) -> tuple[FileHeader, int]
     """The file header and the offset of the first frame; `data` may be a prefix of the file."""
     view = memoryview(data)
     size = len(view)
+    codec, header_length = _check_preamble(view, path)
+    end = PREAMBLE_SIZE + header_length
+    if size < end + _U32.size:
+        raise TruncatedFileError(f"header of {header_length} bytes and its CRC need "
+                                 f"{end + _U32.size} bytes, got {size}", path, PREAMBLE_SIZE)
+    (stored,) = _U32.unpack_from(view, end)
+    actual = crc32(view[len(MAGIC):end])
+    if stored != actual:
+        raise ChecksumMismatchError(f"header CRC {actual:#010x} does not match stored "
+                                    f"{stored:#010x}", path, end)
+    compression = codec_name(codec, path, len(MAGIC) + 2)
+    return _unpack_header(view[PREAMBLE_SIZE:end], compression, path), end + _U32.size
+
+
+def decode_preamble(data: bytes | memoryview, path: str) -> int:
+    """The offset of the first frame, from the first PREAMBLE_SIZE bytes alone.
+
+    For ranged readers that skip the header: checks magic, version, header length and codec
+    (the header's CRC needs the header, see decode_header).
+    """
+    codec, header_length = _check_preamble(memoryview(data), path)
+    codec_name(codec, path, len(MAGIC) + 2)
+    return PREAMBLE_SIZE + header_length + _U32.size
+
+
+def _check_preamble(view: memoryview, path: str) -> tuple[int, int]:
+    """(codec id, header length) once magic, version and the length limit are checked."""
+    size = len(view)
     if view[:len(MAGIC)] != MAGIC[:size]:
         raise BadMagicError(f"not a changelog file: starts with {bytes(view[:8])!r}, "
                             f"expected {MAGIC!r}", path, 0)
@@ -243,17 +271,7 @@ def decode_header(data: bytes | memoryview, path: str) -> tuple[FileHeader, int]
     if header_length > MAX_HEADER_LENGTH:
         raise FormatError(f"header length {header_length} exceeds {MAX_HEADER_LENGTH}",
                           path, PREAMBLE_SIZE - _U32.size)
-    end = PREAMBLE_SIZE + header_length
-    if size < end + _U32.size:
-        raise TruncatedFileError(f"header of {header_length} bytes and its CRC need "
-                                 f"{end + _U32.size} bytes, got {size}", path, PREAMBLE_SIZE)
-    (stored,) = _U32.unpack_from(view, end)
-    actual = crc32(view[len(MAGIC):end])
-    if stored != actual:
-        raise ChecksumMismatchError(f"header CRC {actual:#010x} does not match stored "
-                                    f"{stored:#010x}", path, end)
-    compression = codec_name(codec, path, len(MAGIC) + 2)
-    return _unpack_header(view[PREAMBLE_SIZE:end], compression, path), end + _U32.size
+    return codec, header_length
 
 
 def _unpack_header(view: memoryview, compression: str, path: str) -> FileHeader:

@@ -113,6 +113,13 @@ class ChangelogStorage:
             await self._on_loop(self.retry.call(lambda _: self.store.delete_many(keys),
                                                 path=keys[0], what="delete"))
 
+    async def aremove_incomplete_uploads(self, prefix: str, grace: float, *,
+                                         dry_run: bool = False) -> builtins.list[ObjectInfo]:
+        """Remove leftovers of uploads killed halfway under `prefix`, older than `grace` s."""
+        return await self._on_loop(self.retry.call(
+            lambda _: self.store.remove_incomplete_uploads(prefix, grace, dry_run=dry_run),
+            path=prefix, what="removal of incomplete uploads"))
+
     def put(self, path: str, data: bytes, *, hedge: bool = False) -> str:
         return self._run(self.aput(path, data, hedge=hedge))
 

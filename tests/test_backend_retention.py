@@ -4,15 +4,28 @@ loads to the model's state, and nothing unreferenced is left below the retained 
 
 from __future__ import annotations
 
+import os
 import tempfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from backend.checkpoint import CheckpointInfo
-from backend.cleanup import cleanup_checkpoint
+from backend.cleanup import (
+    MIN_INCOMPLETE_GRACE,
+    CleanupReport,
+    cleanup_checkpoint,
+    default_incomplete_grace,
+)
+from backend.errors import BackendError
 from backend.listing import list_store_dir
+from backend.naming import store_dir
+from changelog.config import ChangelogOptions
+from changelog.storage.base import ObjectInfo
 from materializer.listing import aread_manifest
 from materializer.names import parse_uploaded_version
 from materializer.options import MaterializerOptions
@@ -123,3 +136,89 @@ def test_every_retained_checkpoint_loads_after_cleanup(
             driver.cleanup(2)
         finally:
             env.close()
+
+
+# --- leftovers of uploads killed halfway ------------------------------------------------------
+
+GRACE = 600.0
+LEFTOVER = b"half an upload"
+
+
+@pytest.fixture
+def committed(tmp_path: Path) -> Iterator[BackendEnv]:
+    """A file:// root with two committed batches of one store and their commit log."""
+    env = file_env(tmp_path)
+    driver = Driver(env)
+    for value in (b"1", b"2"):
+        driver.attempt({b"k": value}, "commit", False)
+    yield env
+    env.close()
+
+
+def leave_temp_file(env: BackendEnv, directory: str, name: str, age: float) -> Path:
+    """What a SIGKILL between an upload's temp write and its link leaves, `age` s ago."""
+    assert env.file_root is not None
+    temp = env.file_root / directory / name
+    temp.write_bytes(LEFTOVER)
+    written = time.time() - age
+    os.utime(temp, (written, written))
+    return temp
+
+
+def cleanup(env: BackendEnv, dry_run: bool = False) -> CleanupReport:
+    return cleanup_checkpoint(env.storage, 2, dry_run=dry_run, incomplete_grace=GRACE)
+
+
+def test_cleanup_removes_temp_files_older_than_the_grace_and_reports_them(
+        committed: BackendEnv) -> None:
+    store_temp = leave_temp_file(committed, store_dir(STORE), ".tmp-store", 2 * GRACE)
+    commit_temp = leave_temp_file(committed, "commits", ".tmp-commit", 2 * GRACE)
+    report = cleanup(committed)
+    assert report.incomplete_uploads == [
+        ObjectInfo(f"{store_dir(STORE)}/.tmp-store", len(LEFTOVER)),
+        ObjectInfo("commits/.tmp-commit", len(LEFTOVER))]
+    assert (store_temp.exists(), commit_temp.exists()) == (False, False)
+    assert report.incomplete_grace == GRACE
+
+
+def test_cleanup_keeps_a_temp_file_younger_than_the_grace(committed: BackendEnv) -> None:
+    live = leave_temp_file(committed, store_dir(STORE), ".tmp-live", GRACE / 2)
+    assert cleanup(committed).incomplete_uploads == []
+    assert live.read_bytes() == LEFTOVER
+
+
+def test_dry_run_cleanup_reports_old_temp_files_and_keeps_them(committed: BackendEnv) -> None:
+    old = leave_temp_file(committed, store_dir(STORE), ".tmp-old", 2 * GRACE)
+    report = cleanup(committed, dry_run=True)
+    assert [info.path for info in report.incomplete_uploads] == [f"{store_dir(STORE)}/.tmp-old"]
+    assert old.exists()
+
+
+def test_cleanup_of_temp_files_leaves_every_checkpoint_file(committed: BackendEnv) -> None:
+    before = committed.paths()
+    leave_temp_file(committed, store_dir(STORE), ".tmp-old", 2 * GRACE)
+    assert cleanup(committed).files == []
+    assert committed.paths() == before
+
+
+@pytest.mark.parametrize(("attempt_timeout", "grace"), [
+    (1.0, MIN_INCOMPLETE_GRACE), (10.0, MIN_INCOMPLETE_GRACE), (60.0, 600.0)])
+def test_default_grace_is_ten_attempt_timeouts_and_never_under_five_minutes(
+        attempt_timeout: float, grace: float) -> None:
+    options = ChangelogOptions(attempt_timeout=attempt_timeout)
+    assert default_incomplete_grace(options) == grace
+
+
+def test_cleanup_without_a_grace_uses_the_default_of_the_storage_options(
+        committed: BackendEnv) -> None:
+    young = leave_temp_file(committed, store_dir(STORE), ".tmp-young", MIN_INCOMPLETE_GRACE / 2)
+    report = cleanup_checkpoint(committed.storage, 2, dry_run=False)
+    assert report.incomplete_grace == default_incomplete_grace(committed.changelog)
+    assert young.exists()
+
+
+@pytest.mark.parametrize("grace", [-1.0, float("nan")])
+def test_cleanup_refuses_a_negative_or_undefined_grace(committed: BackendEnv,
+                                                       grace: float) -> None:
+    with pytest.raises(BackendError, match="incomplete_grace"):
+        cleanup_checkpoint(committed.storage, 2, dry_run=True, incomplete_grace=grace)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import re
+import struct
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,14 +16,25 @@ import pytest
 from changelog.cache import SegmentCache
 from changelog.config import ChangelogOptions
 from changelog.errors import (
+    BadMagicError,
     ChecksumMismatchError,
     FormatError,
     ObjectNotFoundError,
     TruncatedFileError,
+    UnsupportedVersionError,
 )
-from changelog.format import ChangeSet, EncodedFile, LogHeader, encode_file
+from changelog.format import (
+    FORMAT_VERSION,
+    MAGIC,
+    PREAMBLE_SIZE,
+    ChangeSet,
+    EncodedFile,
+    LogHeader,
+    encode_file,
+)
 from changelog.handle import ChangelogHandle, Segment
-from changelog.reader import DECODE_IN_THREAD_BYTES, ChangelogReader
+from changelog.reader import DECODE_IN_THREAD_BYTES, PREAMBLE_WINDOW_BYTES, ChangelogReader
+from changelog.storage import ObjectStore, open_storage
 from changelog.storage.memory import MemoryStore
 
 LOGS = ("op/0/a", "op/0/b", "op/0/c")
@@ -33,6 +46,15 @@ async def store() -> AsyncIterator[MemoryStore]:
     name = f"reader-{uuid.uuid4().hex}"
     yield MemoryStore(name)
     MemoryStore.drop(name)
+
+
+@pytest.fixture
+async def any_store(storage_url: tuple[str, ChangelogOptions]) -> AsyncIterator[ObjectStore]:
+    """The conftest's memory://, file:// and s3:// (moto) stores."""
+    url, store_options = storage_url
+    opened = open_storage(url, store_options)
+    yield opened
+    await opened.close()
 
 
 class CountingFetch:
@@ -74,7 +96,7 @@ def change_sets_of(log_id: str, first_sqn: int, rng: random.Random) -> list[Chan
             for sqn in range(first_sqn, first_sqn + SETS_PER_FILE)]
 
 
-async def write_files(store: MemoryStore, count: int, seed: int = 0,
+async def write_files(store: ObjectStore, count: int, seed: int = 0,
                       compression: str = "none") -> dict[str, EncodedFile]:
     """`count` files, each holding SETS_PER_FILE change sets of every log in LOGS."""
     rng = random.Random(seed)
@@ -98,13 +120,29 @@ def handle_of(log_id: str, files: dict[str, EncodedFile], from_sqn: int = 0) -> 
     return ChangelogHandle.of(log_id, from_sqn, to_sqn, segments)
 
 
-def expected_of(log_id: str, files: dict[str, EncodedFile], store: MemoryStore,
+def expected_of(log_id: str, files: dict[str, EncodedFile], store: ObjectStore,
                 from_sqn: int = 0) -> list[ChangeSet]:
     from changelog.format import read_file
 
     found = [cs for path, encoded in files.items()
              for cs in read_file(encoded.data, store.url_of(path))[1]]
     return [cs for cs in found if cs.log_id == log_id and cs.sqn >= from_sqn]
+
+
+async def write_far_file(store: ObjectStore, path: str, magic: bytes = MAGIC,
+                         version: int = FORMAT_VERSION) -> EncodedFile:
+    """A file whose log 'far' starts past PREAMBLE_WINDOW_BYTES, behind a large log 'near'."""
+    rng = random.Random(7)
+    near = [ChangeSet("near", 0, ((0, rng.randbytes(PREAMBLE_WINDOW_BYTES)),))]
+    far = [ChangeSet("far", sqn, ((1, b"v%d" % sqn),)) for sqn in range(SETS_PER_FILE)]
+    encoded = encode_file("w", [(LogHeader("near", {}), near), (LogHeader("far", {}), far)])
+    await store.put_if_absent(path, with_preamble(encoded.data, magic, version))
+    return encoded
+
+
+def with_preamble(data: bytes, magic: bytes, version: int) -> bytes:
+    """`data` with its magic and version fields replaced (the rest, CRCs included, intact)."""
+    return magic + struct.pack(">H", version) + data[len(MAGIC) + 2:]
 
 
 def options(**changes: object) -> ChangelogOptions:
@@ -130,14 +168,29 @@ async def test_reader_returns_only_the_sqns_of_a_sliced_handle(store: MemoryStor
     assert result == expected_of("op/0/c", files, store, from_sqn=2 * SETS_PER_FILE)
 
 
-async def test_reader_reads_exactly_the_segments_byte_ranges(store: MemoryStore) -> None:
+async def test_reader_reads_each_file_once_from_its_start_to_the_segments_end(
+        store: MemoryStore) -> None:
     files = await write_files(store, count=3)
     handle = handle_of("op/0/a", files)
     fetch = CountingFetch(store)
     await ChangelogReader(store, options(), fetch=fetch).aread(handle)
     assert sorted(fetch.calls) == sorted(
-        (s.path, s.offset, s.offset + s.length) for s in handle.segments)
-    assert all(end - start < len(files[path].data) for path, start, end in fetch.calls)
+        (s.path, 0, s.offset + s.length) for s in handle.segments)
+    assert all(end < len(files[path].data) for path, _, end in fetch.calls)
+
+
+async def test_reader_fetches_the_preamble_alone_for_a_segment_far_from_the_file_start(
+        store: MemoryStore) -> None:
+    encoded = await write_far_file(store, "far.changelog")
+    segment = handle_of("far", {"far.changelog": encoded}).segments[0]
+    fetch = CountingFetch(store)
+    result = await ChangelogReader(store, options(), fetch=fetch).aread(
+        handle_of("far", {"far.changelog": encoded}))
+    assert [cs.log_id for cs in result] == ["far"] * SETS_PER_FILE
+    assert segment.offset > PREAMBLE_WINDOW_BYTES
+    assert sorted(fetch.calls) == [("far.changelog", 0, PREAMBLE_SIZE),
+                                   ("far.changelog", segment.offset,
+                                    segment.offset + segment.length)]
 
 
 async def test_reader_fetches_segments_in_parallel_up_to_read_parallelism(
@@ -252,6 +305,73 @@ async def test_reader_detects_a_damaged_stored_file(store: MemoryStore) -> None:
                                                                         encoded}))
 
 
+PREAMBLE_DAMAGES = [
+    pytest.param(b"NOTDSTL!", FORMAT_VERSION, BadMagicError, "not a changelog file", 0,
+                 id="wrong_magic"),
+    pytest.param(MAGIC, FORMAT_VERSION + 1, UnsupportedVersionError,
+                 f"version {FORMAT_VERSION + 1} is not supported", len(MAGIC),
+                 id="future_version"),
+]
+PREAMBLE_ARGS = ("magic", "version", "error", "message", "offset")
+
+
+async def write_one(store: ObjectStore, path: str, magic: bytes = MAGIC,
+                    version: int = FORMAT_VERSION) -> dict[str, EncodedFile]:
+    """One file of log 'log' (segments right after the header), preamble fields as given."""
+    change_sets = [ChangeSet("log", sqn, ((0, b"value-%d" % sqn),)) for sqn in range(3)]
+    encoded = encode_file("w", [(LogHeader("log", {}), change_sets)])
+    await store.put_if_absent(path, with_preamble(encoded.data, magic, version))
+    return {path: encoded}
+
+
+@pytest.mark.parametrize(PREAMBLE_ARGS, PREAMBLE_DAMAGES)
+async def test_reader_rejects_a_bad_preamble_of_a_file_read_from_near_its_start(
+        any_store: ObjectStore, magic: bytes, version: int, error: type[FormatError],
+        message: str, offset: int) -> None:
+    files = await write_one(any_store, "state/bad.changelog", magic, version)
+    url = any_store.url_of("state/bad.changelog")
+    with pytest.raises(error, match=f"{message}.*{re.escape(url)}' at offset {offset}\\)"):
+        await ChangelogReader(any_store, options()).aread(handle_of("log", files))
+
+
+@pytest.mark.parametrize(PREAMBLE_ARGS, PREAMBLE_DAMAGES)
+async def test_reader_rejects_a_bad_preamble_of_a_file_read_far_from_its_start(
+        any_store: ObjectStore, magic: bytes, version: int, error: type[FormatError],
+        message: str, offset: int) -> None:
+    encoded = await write_far_file(any_store, "state/far.changelog", magic, version)
+    url = any_store.url_of("state/far.changelog")
+    with pytest.raises(error, match=f"{message}.*{re.escape(url)}' at offset {offset}\\)"):
+        await ChangelogReader(any_store, options()).aread(
+            handle_of("far", {"state/far.changelog": encoded}))
+
+
+async def test_reader_checks_the_preamble_of_a_file_whose_segments_are_cached(
+        store: MemoryStore, tmp_path: Path) -> None:
+    files = await write_one(store, "bad.changelog", magic=b"NOTDSTL!")
+    handle = handle_of("log", files)
+    cache = SegmentCache(str(tmp_path / "cache"), 1024 * 1024)
+    data = await store.get("bad.changelog")
+    for segment in handle.segments:
+        cache.put(store.url_of(segment.path), segment.offset,
+                  data[segment.offset:segment.offset + segment.length])
+    fetch = CountingFetch(store)
+    with pytest.raises(BadMagicError, match=r"bad\.changelog' at offset 0"):
+        await ChangelogReader(store, options(), cache=cache, fetch=fetch).aread(handle)
+    assert fetch.calls == [("bad.changelog", 0, PREAMBLE_SIZE)]
+
+
+async def test_reader_rejects_a_segment_that_starts_inside_the_file_header(
+        store: MemoryStore) -> None:
+    files = await write_one(store, "f.changelog")
+    whole = handle_of("log", files).segments[0]
+    early = Segment(whole.from_sqn, whole.to_sqn, whole.path, PREAMBLE_SIZE,
+                    whole.offset + whole.length - PREAMBLE_SIZE)
+    with pytest.raises(FormatError, match=f"inside the file header that ends at "
+                                          f"{whole.offset}.*at offset {PREAMBLE_SIZE}"):
+        await ChangelogReader(store, options()).aread(
+            ChangelogHandle.of("log", 0, whole.to_sqn, [early]))
+
+
 async def test_reader_of_a_missing_file_raises_object_not_found(store: MemoryStore) -> None:
     files = await write_files(store, count=1)
     handle = handle_of("op/0/a", files)
@@ -285,7 +405,7 @@ async def test_cache_refetches_a_corrupted_entry(store: MemoryStore, tmp_path: P
     fetch = CountingFetch(store)
     reader = ChangelogReader(store, options(), cache=cache, fetch=fetch)
     await reader.aread(handle)
-    entries = sorted(cache_dir.iterdir())
+    entries = sorted(p for p in cache_dir.iterdir() if p.stat().st_size != PREAMBLE_SIZE)
     damaged = bytearray(entries[0].read_bytes())
     damaged[-1] ^= 0x01
     entries[0].write_bytes(bytes(damaged))
@@ -293,6 +413,23 @@ async def test_cache_refetches_a_corrupted_entry(store: MemoryStore, tmp_path: P
     assert len(fetch.calls) == len(handle.segments) + 1
     assert await reader.aread(handle) == expected_of("op/0/a", files, store)
     assert len(fetch.calls) == len(handle.segments) + 1
+
+
+async def test_cache_refetches_a_corrupted_preamble_entry(store: MemoryStore,
+                                                         tmp_path: Path) -> None:
+    files = await write_files(store, count=2)
+    handle = handle_of("op/0/a", files)
+    cache_dir = tmp_path / "cache"
+    fetch = CountingFetch(store)
+    reader = ChangelogReader(store, options(), cache=SegmentCache(str(cache_dir), 1 << 20),
+                             fetch=fetch)
+    await reader.aread(handle)
+    preambles = sorted(p for p in cache_dir.iterdir() if p.stat().st_size == PREAMBLE_SIZE)
+    assert len(preambles) == len(files)
+    preambles[0].write_bytes(b"NOTDSTL!" + preambles[0].read_bytes()[len(MAGIC):])
+    assert await reader.aread(handle) == expected_of("op/0/a", files, store)
+    assert len(fetch.calls) == len(files) + 1
+    assert fetch.calls[-1][1:] == (0, PREAMBLE_SIZE)
 
 
 async def test_reader_uses_the_cache_the_options_name(store: MemoryStore,

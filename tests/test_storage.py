@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from changelog.storage import (
     FsspecStore,
     LocalStore,
     MemoryStore,
+    ObjectInfo,
     ObjectStore,
     S3Store,
     md5_hex,
@@ -160,6 +162,22 @@ async def test_invalid_keys_are_rejected_before_any_io(store: ObjectStore, key: 
         await store.get(key)
 
 
+async def test_removing_incomplete_uploads_keeps_every_complete_object(
+        store: ObjectStore) -> None:
+    for key in ["state/0/1_a.changelog", "state/0/2_b.snapshot", "commits/0.0"]:
+        await store.put_if_absent(key, DATA)
+    assert await store.remove_incomplete_uploads("", grace=0.0) == []
+    assert [info.path for info in await store.list()] == [
+        "commits/0.0", "state/0/1_a.changelog", "state/0/2_b.snapshot"]
+
+
+@pytest.mark.parametrize("grace", [-1.0, float("nan"), float("inf")])
+async def test_removing_incomplete_uploads_refuses_a_bad_grace(store: ObjectStore,
+                                                               grace: float) -> None:
+    with pytest.raises(PermanentStorageError, match="grace period"):
+        await store.remove_incomplete_uploads("", grace=grace)
+
+
 async def test_url_of_names_the_object_under_the_root(store: ObjectStore) -> None:
     assert store.url_of("a/b") == store.root_url + "/a/b"
     assert not store.root_url.endswith("/")
@@ -272,6 +290,42 @@ async def test_local_list_skips_temp_files(tmp_path: Path) -> None:
     assert [info.path for info in await store.list()] == ["d/real"]
 
 
+def leave_temp_file(directory: Path, name: str, age: float) -> Path:
+    """What a write killed before its link leaves: a temp file last written `age` s ago."""
+    directory.mkdir(parents=True, exist_ok=True)
+    temp = directory / name
+    temp.write_bytes(b"partial")
+    written = time.time() - age
+    os.utime(temp, (written, written))
+    return temp
+
+
+async def test_local_removes_temp_files_older_than_the_grace_under_the_prefix(
+        tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    await store.put_if_absent("state/0/real", b"x")
+    old = leave_temp_file(tmp_path / "state" / "0", ".tmp-old", age=600)
+    young = leave_temp_file(tmp_path / "state" / "0", ".tmp-young", age=10)
+    elsewhere = leave_temp_file(tmp_path / "state" / "1", ".tmp-old", age=600)
+    removed = await store.remove_incomplete_uploads("state/0/", grace=300)
+    assert removed == [ObjectInfo("state/0/.tmp-old", len(b"partial"))]
+    assert (not old.exists(), young.exists(), elsewhere.exists()) == (True, True, True)
+    assert (tmp_path / "state" / "0" / "real").read_bytes() == b"x"
+
+
+async def test_local_dry_run_reports_old_temp_files_and_keeps_them(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    old = leave_temp_file(tmp_path / "d", ".tmp-old", age=600)
+    assert [i.path for i in await store.remove_incomplete_uploads("", 300, dry_run=True)] == [
+        "d/.tmp-old"]
+    assert old.exists()
+
+
+async def test_local_temp_files_removal_under_a_missing_directory_finds_nothing(
+        tmp_path: Path) -> None:
+    assert await LocalStore(tmp_path).remove_incomplete_uploads("no/such/dir/", 0) == []
+
+
 async def test_local_create_under_a_file_is_a_permanent_error(tmp_path: Path) -> None:
     store = LocalStore(tmp_path)
     await store.put_if_absent("a", b"file")
@@ -310,6 +364,17 @@ async def test_fsspec_list_is_sorted_recursive_and_skips_temp_files(
     (tmp_path / "fs" / "b" / ".tmp-partial").write_bytes(b"p")
     assert [(i.path, i.size) for i in await fsspec_store.list("b/")] == [("b/2", 2),
                                                                          ("b/sub/3", 2)]
+
+
+async def test_fsspec_removes_temp_files_older_than_the_grace(
+        fsspec_store: FsspecStore, tmp_path: Path) -> None:
+    await fsspec_store.put_if_absent("b/real", b"xy")
+    old = leave_temp_file(tmp_path / "fs" / "b", ".tmp-old", age=600)
+    young = leave_temp_file(tmp_path / "fs" / "b", ".tmp-young", age=10)
+    removed = await fsspec_store.remove_incomplete_uploads("b/", grace=300)
+    assert removed == [ObjectInfo("b/.tmp-old", len(b"partial"))]
+    assert (old.exists(), young.exists()) == (False, True)
+    assert [info.path for info in await fsspec_store.list()] == ["b/real"]
 
 
 async def test_fsspec_delete_head_and_holds(fsspec_store: FsspecStore) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import hashlib
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
@@ -38,6 +39,14 @@ def check_range(path: str, start: int, end: int | None) -> None:
     """Reject a negative start or an end before start; `path` is named in the error."""
     if start < 0 or (end is not None and end < start):
         raise PermanentStorageError(f"invalid byte range [{start}, {end}) for {path!r}", path)
+
+
+def check_grace(grace: float) -> float:
+    """Reject a negative or non-finite grace period of remove_incomplete_uploads."""
+    if not math.isfinite(grace) or grace < 0:
+        raise PermanentStorageError(f"grace period of incomplete uploads must be a finite "
+                                    f"number of seconds >= 0, got {grace!r}")
+    return grace
 
 
 def join_key(*parts: str) -> str:
@@ -96,6 +105,18 @@ class ObjectStore(ABC):
         if info.etag is not None and "-" not in info.etag:
             return info.etag == md5_hex(data)
         return await self.get(path) == data
+
+    async def remove_incomplete_uploads(self, prefix: str, grace: float, *,
+                                        dry_run: bool = False) -> builtins.list[ObjectInfo]:
+        """Remove what uploads killed halfway left under `prefix`, if older than `grace` seconds.
+
+        `list` never shows such leftovers (temp files of a write not yet linked in), so
+        nothing else ever deletes them. Returns what was removed (or, with dry_run, would
+        be). This default is for stores whose writes leave nothing behind (memory; S3, whose
+        single PUTs are never partly visible and leave no multipart uploads to abort).
+        """
+        check_grace(grace)
+        return []
 
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections; the store must not be used afterwards."""

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import logging
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -20,10 +22,18 @@ from changelog.errors import (
     StorageError,
     TransientStorageError,
 )
-from changelog.storage.base import ObjectInfo, ObjectStore, check_key, check_range, md5_hex
+from changelog.storage.base import (
+    ObjectInfo,
+    ObjectStore,
+    check_grace,
+    check_key,
+    check_range,
+    md5_hex,
+)
 
 TEMP_PREFIX = ".tmp-"
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 class FsspecStore(ObjectStore):
@@ -110,16 +120,59 @@ class FsspecStore(ObjectStore):
         return await self._run(prefix, lambda: self._find(start, prefix))
 
     def _find(self, start: str, prefix: str) -> builtins.list[ObjectInfo]:
+        found = [ObjectInfo(key, int(info["size"])) for key, _, info in self._scan(start, prefix)
+                 if not _is_temp(key)]
+        found.sort(key=lambda item: item.path)
+        return found
+
+    def _scan(self, start: str, prefix: str) -> builtins.list[tuple[str, str, dict[str, Any]]]:
+        """(key, full name, fsspec info) of every file under `start` whose key has `prefix`."""
         try:
             entries = self.fs.find(start, detail=True)
         except FileNotFoundError:
             return []
         base = self.fs._strip_protocol(self.root).rstrip("/") + "/"
-        found: list[ObjectInfo] = []
+        found = []
         for name, info in entries.items():
             key = self.fs._strip_protocol(name)[len(base):]
-            if key.rpartition("/")[2].startswith(TEMP_PREFIX) or not key.startswith(prefix):
+            if key.startswith(prefix):
+                found.append((key, name, info))
+        return found
+
+    async def remove_incomplete_uploads(self, prefix: str, grace: float, *,
+                                        dry_run: bool = False) -> builtins.list[ObjectInfo]:
+        """Temp files of the move-into-place fallback under `prefix`, older than `grace`."""
+        check_grace(grace)
+        directory = prefix.rpartition("/")[0]
+        start = self._full(directory) if directory else self.root
+        return await self._run(prefix, lambda: self._sweep(start, prefix, grace, dry_run))
+
+    def _sweep(self, start: str, prefix: str, grace: float,
+               dry_run: bool) -> builtins.list[ObjectInfo]:
+        cutoff = time.time() - grace
+        found: list[ObjectInfo] = []
+        for key, name, info in self._scan(start, prefix):
+            if not _is_temp(key):
                 continue
+            try:
+                modified = self.fs.modified(name)
+            except FileNotFoundError:
+                continue  # moved into place (or removed) meanwhile
+            except NotImplementedError:
+                log.warning("leaving %s: the %s file system does not report modification "
+                            "times, so its age is unknown", self.url_of(key), self.fs.protocol)
+                continue
+            if modified.tzinfo is None:
+                log.warning("leaving %s: its modification time has no time zone",
+                            self.url_of(key))
+                continue
+            if modified.timestamp() >= cutoff:
+                continue
+            if not dry_run:
+                try:
+                    self.fs.rm_file(name)
+                except FileNotFoundError:
+                    continue
             found.append(ObjectInfo(key, int(info["size"])))
         found.sort(key=lambda item: item.path)
         return found
@@ -134,6 +187,10 @@ class FsspecStore(ObjectStore):
                 return
 
         await self._run(path, remove)
+
+
+def _is_temp(key: str) -> bool:
+    return key.rpartition("/")[2].startswith(TEMP_PREFIX)
 
 
 def _classify(exc: Exception, path: str, url: str) -> StorageError:

@@ -11,6 +11,7 @@ import asyncio
 import builtins
 import errno
 import os
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -24,7 +25,14 @@ from changelog.errors import (
     TransientStorageError,
     UnsupportedStorageError,
 )
-from changelog.storage.base import ObjectInfo, ObjectStore, check_key, check_range, md5_hex
+from changelog.storage.base import (
+    ObjectInfo,
+    ObjectStore,
+    check_grace,
+    check_key,
+    check_range,
+    md5_hex,
+)
 
 TEMP_PREFIX = ".tmp-"
 _TRANSIENT_ERRNOS = {errno.EAGAIN, errno.EINTR, errno.EBUSY, errno.ETIMEDOUT}
@@ -125,6 +133,41 @@ class LocalStore(ObjectStore):
                 except FileNotFoundError:
                     continue  # deleted while listing
                 found.append(ObjectInfo(key, size))
+        found.sort(key=lambda info: info.path)
+        return found
+
+    async def remove_incomplete_uploads(self, prefix: str, grace: float, *,
+                                        dry_run: bool = False) -> builtins.list[ObjectInfo]:
+        """Temp files under `prefix` last written more than `grace` seconds ago.
+
+        A live upload rewrites its temp file and links it within one attempt; removing one
+        anyway cannot damage an object, it only fails that attempt (its link finds no file).
+        """
+        check_grace(grace)
+        directory = prefix.rpartition("/")[0]
+        start = self._file(directory) if directory else self.root
+        return await self._run(prefix, lambda: self._sweep(start, prefix, grace, dry_run))
+
+    def _sweep(self, start: Path, prefix: str, grace: float,
+               dry_run: bool) -> builtins.list[ObjectInfo]:
+        cutoff = time.time() - grace
+        found: list[ObjectInfo] = []
+        for dirpath, _dirs, files in os.walk(start):
+            rel_dir = os.path.relpath(dirpath, self.root).replace(os.sep, "/")
+            for name in files:
+                key = name if rel_dir == "." else f"{rel_dir}/{name}"
+                if not name.startswith(TEMP_PREFIX) or not key.startswith(prefix):
+                    continue
+                file = os.path.join(dirpath, name)
+                try:
+                    stat = os.stat(file)
+                    if stat.st_mtime >= cutoff:
+                        continue
+                    if not dry_run:
+                        os.remove(file)
+                except FileNotFoundError:
+                    continue  # the upload finished (or another sweep won) meanwhile
+                found.append(ObjectInfo(key, stat.st_size))
         found.sort(key=lambda info: info.path)
         return found
 

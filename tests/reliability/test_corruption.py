@@ -21,13 +21,7 @@ from tests.reliability.corruption import (
 )
 from tests.support import S3Env
 
-PREAMBLE_BUG = pytest.mark.xfail(strict=True, reason=(
-    "bug: changelog/reader.py ChangelogReader._read fetches only the byte ranges of the "
-    "handle's segments and never the file preamble, so a changelog with a wrong magic or a "
-    "future format version is replayed as format v1 instead of being rejected"))
-CASES = [pytest.param(kind, damage, id=f"{kind}-{damage}",
-                      marks=[PREAMBLE_BUG] if (kind, damage) in (
-                          ("changelog", "wrong_magic"), ("changelog", "future_version")) else [])
+CASES = [pytest.param(kind, damage, id=f"{kind}-{damage}")
          for kind in FILE_KINDS for damage in DAMAGES if applicable(kind, damage)]
 RANDOM_DAMAGES = ("bit_flip", "truncate")
 RANDOM_REPEATS = 3

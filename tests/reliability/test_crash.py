@@ -6,12 +6,14 @@ kinds of death and docs/reliability.md for the soak's figures.
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from pathlib import Path
 
 import pytest
 
+from backend.cleanup import default_incomplete_grace
 from backend.faults import POINTS
 from backend.naming import snapshot_path
 from backend.options import BackendOptions
@@ -76,9 +78,6 @@ def test_random_and_kill_point_deaths_on_the_s3_api_lose_no_committed_batch(
     assert verify_root(s3.url, s3) == []
 
 
-@pytest.mark.xfail(strict=True, reason="bug: LocalStore.list hides '.tmp-' files, so a temp "
-                   "file of an upload killed before its link is never cleaned up "
-                   "(changelog/storage/local.py _create/_walk; backend/cleanup.py)")
 def test_cleanup_removes_the_temp_file_of_an_upload_killed_halfway(tmp_path: Path) -> None:
     root = tmp_path / "ckpt"
     spec = WorkloadSpec(seed=15, partitions=1)
@@ -88,13 +87,16 @@ def test_cleanup_removes_the_temp_file_of_an_upload_killed_halfway(tmp_path: Pat
         workload.recover()
         workload.run(1)
         # what SIGKILL between LocalStore's write of the temp file and its link leaves
-        (root / "state" / spec.operator / "0" / ".tmp-0123456789abcdef").write_bytes(b"x" * 99)
+        leftover = root / "state" / spec.operator / "0" / ".tmp-0123456789abcdef"
+        leftover.write_bytes(b"x" * 99)
+        # killed long ago: older than the grace that protects uploads still running
+        killed_at = time.time() - 2 * default_incomplete_grace(options.changelog)
+        os.utime(leftover, (killed_at, killed_at))
         workload.run(4)
         workload.cleanup()
     finally:
         workload.close()
     assert leaked_temp_files(root) == 0
-
 
 
 def test_a_store_taken_over_while_an_older_snapshot_uploads_commits_with_all_changes(
