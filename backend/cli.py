@@ -98,12 +98,15 @@ def _cleanup_dict(report: CleanupReport) -> dict[str, object]:
     return {"dry_run": report.dry_run, "files": report.files, "bytes": report.bytes,
             "floors": {s.store_id: s.floor for s in report.stores},
             "unrecognized": [p for s in report.stores for p in s.unrecognized],
-            "unknown_stores": report.unknown_stores, "problems": report.problems}
+            "unknown_stores": report.unknown_stores, "problems": report.problems,
+            "incomplete_uploads": [info.path for info in report.incomplete_uploads]}
 
 
 def _format_cleanup(report: CleanupReport) -> str:
     verb = "would delete" if report.dry_run else "deleted"
     lines = [f"{verb} {path}" for path in report.files]
+    lines += [f"{verb} {info.path} (temp file of an upload that never finished)"
+              for info in report.incomplete_uploads]
     for store in report.stores:
         lines += [f"store {store.store_id}: left alone (no version in its name): {path}"
                   for path in store.unrecognized]
