@@ -45,6 +45,12 @@ class Engine(ABC):
     @abstractmethod
     def estimated_keys(self) -> int: ...
 
+    def persist_locally(self) -> bool:
+        """Write everything held in memory to the local files (WAL is off, so RocksDB's
+        memtable must be flushed) before another process takes the files over; False when
+        the engine keeps its state only in memory and cannot be taken over."""
+        return False
+
     @abstractmethod
     def close(self) -> None: ...
 

@@ -3,11 +3,13 @@
 It owns the engine and the changelog writer, turns a transaction's writes into changelog
 payloads, and at commit makes them durable, adopts a finished snapshot (FLIP-158: the
 checkpoint then needs only the changelog after the snapshot's SQN, and the writer truncates
-what lies before) and asks the materializer whether to start the next one.
+what lies before) and asks the materializer whether to start the next one. Released cleanly,
+it leaves its directory to the next process of the host (see release_marker.py).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 
@@ -20,10 +22,13 @@ from backend.lineage import HeaderMeta, SnapshotRef
 from backend.naming import checkpoint_label, split_store_id
 from backend.position import Position
 from backend.records import OP_PUT, Record, VersionMarker, encode_payload
-from backend.snapshots import SnapshotTracker
+from backend.release_marker import remove_marker, write_marker
+from backend.snapshots import SnapshotId, SnapshotTracker
 from changelog.errors import ChangelogError
 from changelog.writer import ChangelogWriter
 from materializer.handle import MaterializedHandle
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -38,15 +43,21 @@ class InstanceMetrics:
 
 class StoreInstance:
     def __init__(self, context: RootContext, store_id: str, instance_dir: str, engine: Engine,
-                 writer: ChangelogWriter, position: Position) -> None:
+                 writer: ChangelogWriter, position: Position,
+                 base_unique_id: str | None = None,
+                 pending_snapshot: SnapshotId | None = None) -> None:
+        """`pending_snapshot`: one the loaded checkpoint reports as still uploading (started
+        by whoever committed it); awaited and adopted here once it landed, if in lineage."""
         self.context = context
         self.store_id = store_id
         self.instance_dir = instance_dir
         self.engine = engine
         self.writer = writer
         self.position = position
+        self.base_unique_id = base_unique_id  # of the version held, None when not known
         self.dirty = False
-        self.snapshots = SnapshotTracker(context, store_id)
+        awaited = pending_snapshot if pending_snapshot in position.lineage else None
+        self.snapshots = SnapshotTracker(context, store_id, awaited)
         self.metrics = InstanceMetrics()
         self._partition = split_store_id(store_id)[1]
 
@@ -93,6 +104,7 @@ class StoreInstance:
                                f"{exc}") from exc
         kill_point("changelog_persist_after")
         self.position = base.after_commit(marker.version, marker.unique_id, persisted)
+        self.base_unique_id = marker.base_unique_id
         if adopted is not None:
             self._truncate(adopted)
         snapshot = self.snapshots.maybe_start(self.engine, self.position,
@@ -134,3 +146,23 @@ class StoreInstance:
             self.writer.close()
         finally:
             self.engine.close()
+
+    def release(self) -> bool:
+        """Close, leaving the directory reusable when it holds exactly a committed version:
+        flush the engine, then write the release marker, then close. True when marked."""
+        marked = False
+        if not self.dirty and self.position.unique_id is not None:
+            try:
+                if self.engine.persist_locally():
+                    write_marker(self.instance_dir, self.info(self.base_unique_id))
+                    marked = True
+            except (BackendError, OSError) as exc:
+                log.warning("store %r: instance %r not left for reuse: %s", self.store_id,
+                            self.instance_dir, exc)
+        try:
+            self.close()
+        except BaseException:
+            if marked:
+                remove_marker(self.instance_dir)
+            raise
+        return marked

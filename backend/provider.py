@@ -1,9 +1,10 @@
 """ChangelogProvider: loads a store at a (version, unique id), reusing the open copy if it can.
 
 Loading order: the open instance when it is at exactly that version and id and clean (no I/O);
-otherwise a fresh instance directory, restored from the CheckpointInfo (snapshot + changelog
-handle) or, given only the id, from the store's own files (see resolver.py). Subclasses choose
-the engine.
+otherwise a directory another process of the host released at exactly that version and id
+(release_marker.py; no remote I/O either); otherwise a fresh instance directory, restored from
+the CheckpointInfo (snapshot + changelog handle) or, given only the id, from the store's own
+files (see resolver.py). Subclasses choose the engine.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from backend.loader import StoreLoader
 from backend.local_dirs import StoreDirLock
 from backend.naming import check_unique_id, check_version, new_unique_id, split_store_id, store_dir
 from backend.store import ChangelogStateStore
+from backend.takeover import LOAD_METRICS as LOCAL_REUSE_METRICS
+from backend.takeover import take_over
 
 STORES_DIR = "stores"
 
@@ -56,6 +59,10 @@ class ChangelogProvider(StateStoreProvider):
     @abstractmethod
     def _engine_from_snapshot(self, db_path: str, instance_dir: str) -> Engine:
         """An engine holding the RocksDB restored at `db_path` (inside instance_dir)."""
+
+    def _reopen_engine(self, instance_dir: str) -> Engine | None:
+        """The engine of a directory another process released; None: not supported."""
+        return None
 
     # --- the API --------------------------------------------------------------------------------
 
@@ -94,18 +101,25 @@ class ChangelogProvider(StateStoreProvider):
         return instance is None or instance.snapshots.wait(timeout)
 
     def close(self) -> None:
+        """Release the store: a clean instance stays on disk, marked, for the next process of
+        the host that loads its exact version; everything else local is removed."""
         with self._mutex:
             if self._closed:
                 return
             self._closed = True
             if self._open_store is not None:
                 self._open_store.abort()
-            self._drop_instance()
-            if self._registered:
-                self._context.materializer.unregister(self._store_id)
-            if self._lock.held:
-                self._lock.remove_other_instances(keep=None)
-                self._lock.release()
+            instance, self._instance = self._instance, None
+            kept = None
+            try:
+                if instance is not None and instance.release():
+                    kept = os.path.basename(instance.instance_dir)
+            finally:
+                if self._registered:
+                    self._context.materializer.unregister(self._store_id)
+                if self._lock.held:
+                    self._lock.remove_other_instances(keep=kept)
+                    self._lock.release()
 
     # --- loading --------------------------------------------------------------------------------
 
@@ -131,13 +145,19 @@ class ChangelogProvider(StateStoreProvider):
 
     def _load(self, version: int, unique_id: str | None,
               info: CheckpointInfo | None) -> dict[str, Any]:
-        """A fresh instance directory (older ones removed), restored, with a new writer."""
+        """A released directory at exactly this version taken over, or else a fresh
+        instance directory (older ones removed) restored from the checkpoint; new writer."""
         context = self._context
         self._lock.acquire(context.options.lock_timeout)
         if not self._registered:
             context.materializer.register(self._store_id, store_dir(self._store_id))
             self._registered = True
         self._drop_instance()
+        if unique_id is not None:
+            self._instance = take_over(context, self._store_id, self._lock, version,
+                                       unique_id, info, self._reopen_engine)
+            if self._instance is not None:
+                return dict(LOCAL_REUSE_METRICS)
         self._lock.remove_other_instances(keep=None)
         instance_dir = self._lock.instance_dir(new_unique_id())
         os.makedirs(instance_dir)
@@ -154,8 +174,10 @@ class ChangelogProvider(StateStoreProvider):
             loaded.engine.close()
             self._lock.remove_other_instances(keep=None)
             raise
+        base_id = info.base_unique_id if info is not None else None
         self._instance = StoreInstance(context, self._store_id, instance_dir, loaded.engine,
-                                       writer, loaded.position)
+                                       writer, loaded.position, base_id,
+                                       info.pending_snapshot if info is not None else None)
         stats = loaded.stats
         return {"load_kind": loaded.kind, "snapshot_restore_seconds": loaded.snapshot_seconds,
                 "replay_seconds": loaded.replay_seconds,

@@ -18,7 +18,7 @@ from rocksdict import (
 )
 
 from backend.engine import Engine, Write
-from backend.errors import CorruptCheckpointError
+from backend.errors import BackendError, CorruptCheckpointError
 
 
 class RocksDBSettings:
@@ -32,7 +32,7 @@ class RocksDBSettings:
         self._cache: Cache | None = None
         self._lock = threading.Lock()
 
-    def options(self) -> Options:
+    def options(self, create: bool = True) -> Options:
         with self._lock:
             if self._cache is None:
                 self._cache = Cache(self._block_cache_size)
@@ -40,7 +40,7 @@ class RocksDBSettings:
         table = BlockBasedOptions()
         table.set_block_cache(cache)
         options = Options(raw_mode=True)
-        options.create_if_missing(True)
+        options.create_if_missing(create)
         options.set_write_buffer_size(self._write_buffer_size)
         options.set_max_background_jobs(self._max_background_jobs)
         options.set_block_based_table_factory(table)
@@ -48,9 +48,10 @@ class RocksDBSettings:
 
 
 class RocksDBEngine(Engine):
-    def __init__(self, path: str, settings: RocksDBSettings) -> None:
+    def __init__(self, path: str, settings: RocksDBSettings, create: bool = True) -> None:
+        """`create=False` for a DB that must already exist (a released one taken over)."""
         try:
-            self._db = Rdict(path, settings.options())
+            self._db = Rdict(path, settings.options(create))
         except Exception as exc:  # rocksdict raises plain Exception for I/O and lock errors
             raise CorruptCheckpointError(f"cannot open RocksDB at {path!r}: {exc}") from exc
         write_options = WriteOptions()
@@ -109,6 +110,13 @@ class RocksDBEngine(Engine):
 
     def estimated_keys(self) -> int:
         return int(self._db.property_int_value("rocksdb.estimate-num-keys") or 0)
+
+    def persist_locally(self) -> bool:
+        try:
+            self._db.flush(True)
+        except Exception as exc:  # rocksdict raises plain Exception for I/O errors
+            raise BackendError(f"cannot flush RocksDB at {self._path!r}: {exc}") from exc
+        return True
 
     def close(self) -> None:
         self._db.close()

@@ -1,9 +1,13 @@
-"""SnapshotTracker: the snapshots one store instance started, and which one a commit adopts.
+"""SnapshotTracker: the snapshot a store instance waits for, and which one a commit adopts.
 
-At most one runs in the background at a time (the materializer's rule). A finished one is
-adopted by the next commit, unless it is older than the retention window (cleanup may have
-taken its files) or no longer part of the instance's history; the backstop and explicit
-requests snapshot synchronously and are adopted at once.
+Two kinds: one this instance started (a future; at most one runs at a time, the materializer's
+rule), or one that another process started and the loaded CheckpointInfo reports as pending
+(the store moved here meanwhile); while that one is awaited, each commit looks once (one HEAD)
+whether its manifest has landed. A commit adopts a finished snapshot unless it is older than
+the retention window, not part of the instance's history, or a file its manifest names is
+missing: a cleanup may have run while it was uploading (this check precedes every adoption,
+the synchronous backstop's included). The backstop and explicit requests snapshot
+synchronously and are adopted at once.
 """
 
 from __future__ import annotations
@@ -14,45 +18,114 @@ from concurrent.futures import Future, wait
 from backend.context import RootContext
 from backend.engine import Engine
 from backend.errors import BackendError
+from backend.naming import snapshot_path
 from backend.position import Position
+from changelog.errors import ChangelogError, ObjectNotFoundError
+from changelog.storage_service import ChangelogStorage
 from materializer.errors import MaterializerError
 from materializer.handle import MaterializedHandle, SnapshotRequest
 from materializer.schedule import Decision
 
 log = logging.getLogger(__name__)
+SnapshotId = tuple[int, str]
 
 
 class SnapshotTracker:
-    def __init__(self, context: RootContext, store_id: str) -> None:
+    def __init__(self, context: RootContext, store_id: str,
+                 awaited: SnapshotId | None = None) -> None:
         self._context = context
         self._store_id = store_id
         self._pending: tuple[SnapshotRequest, Future[MaterializedHandle]] | None = None
+        self._awaited = awaited  # started elsewhere, reported pending by the loaded info
         self.started = 0
         self.adopted = 0
         self.dropped = 0
+        self.missing_files = 0  # of the dropped: a file named by the manifest was gone
 
     @property
-    def in_flight(self) -> tuple[int, str] | None:
+    def in_flight(self) -> SnapshotId | None:
         """(version, unique id) of the snapshot still reported as running, if any."""
-        if self._pending is None:
-            return None
-        return self._pending[0].version, self._pending[0].unique_id
+        if self._pending is not None:
+            return self._pending[0].version, self._pending[0].unique_id
+        return self._awaited
+
+    def commits_since_snapshot(self, position: Position) -> int:
+        """Commits in the lineage since the last snapshot, a running one counting as taken."""
+        running = self.in_flight
+        if running is not None and running in position.lineage:
+            return sum(1 for version, _ in position.lineage if version > running[0])
+        return len(position.lineage)
 
     def finished(self, position: Position, new_version: int) -> MaterializedHandle | None:
         """A finished snapshot the commit of `new_version` may build on, if there is one."""
-        if self._pending is None or not self._pending[1].done():
-            return None
-        handle = self._take()
-        if handle is None:
-            return None
-        self._context.materializer.poll(self._store_id)  # drain the report consumed here
+        if self._pending is not None:
+            if not self._pending[1].done():
+                return None
+            handle = self._take()
+            if handle is None:
+                return None
+            self._context.materializer.poll(self._store_id)  # drain the report consumed here
+            target, path = (handle.version, handle.unique_id), handle.manifest_path
+        else:
+            landed = self._landed(new_version)
+            if landed is None:
+                return None
+            target, path, handle = landed, snapshot_path(self._store_id, *landed), None
         oldest_safe = new_version - self._context.options.min_batches_to_retain + 1
-        if handle.version < oldest_safe or \
-                (handle.version, handle.unique_id) not in position.lineage:
+        if target[0] < oldest_safe or target not in position.lineage:
             self.dropped += 1  # cleanup may have taken its files, or not our history now
             return None
+        return self._verified(target, path, handle)
+
+    def _landed(self, new_version: int) -> SnapshotId | None:
+        """The awaited snapshot once its manifest exists (one HEAD per call), else None."""
+        if self._awaited is None:
+            return None
+        target = self._awaited
+        if target[0] < new_version - self._context.options.min_batches_to_retain + 1:
+            self._awaited = None  # too old to adopt: stop asking
+            self.dropped += 1
+            return None
+        path = snapshot_path(self._store_id, *target)
+        try:
+            if not _exists(self._context.storage, path):
+                return None
+        except ChangelogError as exc:
+            log.warning("store %r: cannot look for snapshot manifest %r, trying again at the "
+                        "next commit: %s", self._store_id, path, exc)
+            return None
+        self._awaited = None
+        return target
+
+    def _verified(self, target: SnapshotId, path: str,
+                  handle: MaterializedHandle | None) -> MaterializedHandle | None:
+        """The snapshot's handle (`handle`, or one made from the manifest) if its manifest
+        is sound and every file it names exists; None (logged, counted) otherwise."""
+        try:
+            manifest, missing = self._context.materializer.check_files(path)
+        except MaterializerError as exc:
+            log.warning("store %r: snapshot %r cannot be checked, not adopted: %s",
+                        self._store_id, path, exc)
+            self.dropped += 1
+            return None
+        if (manifest.store_id, manifest.version, manifest.unique_id) != (self._store_id,
+                                                                         *target):
+            log.warning("store %r: manifest %r describes store %r version %d id %r, not "
+                        "adopted", self._store_id, path, manifest.store_id, manifest.version,
+                        manifest.unique_id)
+            self.dropped += 1
+            return None
+        if missing:
+            log.warning("store %r: snapshot %r names %d missing file(s) (e.g. %r; a cleanup "
+                        "ran while it was uploading), not adopted: the changelog stays the "
+                        "source", self._store_id, path, len(missing), missing[0])
+            self.dropped += 1
+            self.missing_files += 1
+            return None
         self.adopted += 1
-        return handle
+        return handle or MaterializedHandle(self._store_id, manifest.version,
+                                            manifest.unique_id, manifest.sqn, path,
+                                            manifest.total_bytes, 0, len(manifest.files))
 
     def wait(self, timeout: float | None) -> bool:
         """Block until the snapshot in flight (if any) is done; False if time ran out."""
@@ -84,7 +157,9 @@ class SnapshotTracker:
                     force: bool) -> MaterializedHandle | None:
         """Snapshot at this commit boundary if scheduled; a synchronous one is returned."""
         materializer = self._context.materializer
-        decision = materializer.should_snapshot(self._store_id, position.handle.size)
+        decision = materializer.should_snapshot(
+            self._store_id, position.handle.size,
+            commits_since_snapshot=self.commits_since_snapshot(position))
         if force:
             decision = Decision.BACKSTOP
         if decision is Decision.NO:
@@ -97,7 +172,7 @@ class SnapshotTracker:
                 future = materializer.snapshot(db, request)
             self.started += 1
             if decision is not Decision.BACKSTOP:
-                self._pending = (request, future)
+                self._pending, self._awaited = (request, future), None
                 return None
             handle = future.result()
         except MaterializerError as exc:
@@ -109,5 +184,23 @@ class SnapshotTracker:
                         position.version, exc)
             return None
         materializer.poll(self._store_id)
-        self.adopted += 1
-        return handle
+        verified = self._verified((handle.version, handle.unique_id), handle.manifest_path,
+                                  handle)
+        if verified is None and force:
+            raise BackendError(f"store {self._store_id!r}: the requested snapshot of version "
+                               f"{position.version} is incomplete in storage (the commit "
+                               f"itself is durable); see the warning logged")
+        return verified
+
+
+def _exists(storage: ChangelogStorage, path: str) -> bool:
+    """One HEAD (with the storage's retry policy for transient failures)."""
+    async def head() -> bool:
+        try:
+            await storage.retry.call(lambda _: storage.store.head(path), path=path,
+                                     what="head")
+        except ObjectNotFoundError:
+            return False
+        return True
+
+    return storage.loop.run(head())

@@ -158,6 +158,8 @@ class ChangelogStateStore(StateStore):
             "snapshots_started": snapshots.started,
             "snapshots_adopted": snapshots.adopted,
             "snapshots_dropped": snapshots.dropped,
+            "snapshots_dropped_missing_files": snapshots.missing_files,
+            "snapshot_pending": snapshots.in_flight is not None,
             "changelog_bytes_since_snapshot": position.handle.size,
             "materialized_version": (position.materialized.version
                                      if position.materialized else None),

@@ -203,8 +203,8 @@ def parser() -> argparse.ArgumentParser:
 def main() -> int:
     args = parser().parse_args()
     checkpoint = str(Path(args.work_dir).resolve() / "checkpoint")
-    conf = {"materialization.everyNCommits": "1", "stateStore.minBatchesToRetain": "10",
-            "query.cleanupInterval": "5"}
+    # snapshots at the default pace (every 10 commits of a store), whichever worker commits
+    conf = {"stateStore.minBatchesToRetain": "10", "query.cleanupInterval": "5"}
     return run(args, checkpoint, conf)
 
 

@@ -43,7 +43,6 @@ def main() -> int:
             "changelog.s3.addressingStyle": "path",
             "changelog.hedging.enabled": "true",
             "changelog.hedging.quantile": "0.95",
-            "materialization.everyNCommits": "1",
             "stateStore.minBatchesToRetain": "10",
             "query.cleanupInterval": "5",
         }

@@ -13,7 +13,7 @@ from materializer.errors import (
     StoreNotRegisteredError,
 )
 from materializer.handle import HandleFormatError, MaterializedHandle, SnapshotRequest
-from materializer.listing import alist_manifests, aread_manifest, list_manifests
+from materializer.listing import alist_manifests, amissing_files, aread_manifest, list_manifests
 from materializer.local import open_db
 from materializer.manifest import (
     SnapshotFile,
@@ -51,6 +51,7 @@ __all__ = [
     "SnapshotUploadError",
     "StoreNotRegisteredError",
     "alist_manifests",
+    "amissing_files",
     "aread_manifest",
     "decode_manifest",
     "encode_manifest",

@@ -47,3 +47,19 @@ async def aread_manifest(storage: RemoteFiles, path: str) -> SnapshotManifest:
         raise MaterializerError(f"cannot read snapshot manifest {path!r}") from exc
     return decode_manifest(data, path)
 
+
+async def amissing_files(storage: RemoteFiles, manifest: SnapshotManifest) -> list[str]:
+    """Remote paths the manifest names that are absent or not of the recorded size.
+
+    One listing per folder the files live in (the store's sst/ and meta/), not one request
+    per file; sizes catch a file replaced by a shorter one, checksums are the restore's job.
+    """
+    present: dict[str, int] = {}
+    for folder in sorted({posixpath.dirname(f.dfs_path) for f in manifest.files}):
+        try:
+            infos = await storage.alist(folder + "/")
+        except ChangelogError as exc:
+            raise MaterializerError(f"cannot list {folder!r} to check the files of snapshot "
+                                    f"{manifest.version}_{manifest.unique_id}") from exc
+        present.update((info.path, info.size) for info in infos)
+    return [f.dfs_path for f in manifest.files if present.get(f.dfs_path) != f.size]

@@ -24,7 +24,7 @@ from materializer.errors import (
 )
 from materializer.handle import MaterializedHandle, SnapshotRequest
 from materializer.job import SnapshotJob
-from materializer.listing import aread_manifest
+from materializer.listing import amissing_files, aread_manifest
 from materializer.local import owned_checkpoint_root, take_checkpoint
 from materializer.manifest import SnapshotManifest
 from materializer.metrics import Metrics
@@ -40,7 +40,7 @@ COUNTERS = (
     "files_uploaded", "bytes_uploaded", "files_reused", "bytes_reused", "reused_missing",
     "file_upload_failures", "decisions_periodic", "decisions_backstop", "backstop_wait_seconds",
     "restores", "restore_seconds_total", "restore_files_downloaded", "restore_bytes_downloaded",
-    "restore_files_from_cache", "cache_corrupt_entries",
+    "restore_files_from_cache", "cache_corrupt_entries", "checks_missing_files",
 )
 
 
@@ -105,17 +105,20 @@ class Materializer:
     # --- scheduling ------------------------------------------------------------------------
 
     def should_snapshot(self, store_id: str, unmaterialized_bytes: int,
-                        now: float | None = None) -> Decision:
+                        now: float | None = None, *,
+                        commits_since_snapshot: int | None = None) -> Decision:
         """Call once per commit: counts the commit and decides.
 
         NO while a snapshot of the store is in flight, except BACKSTOP, which first waits for
         the in-flight one. Raises MaterializationFailedError past the failure limit.
+        `commits_since_snapshot` (e.g. the length of the store's lineage) replaces the count
+        of this process's calls for `everyNCommits`; without it the calls are counted.
         """
         now = time.monotonic() if now is None else now
         with self._lock:
             schedule = self._schedule(store_id)
             schedule.check_failures()
-            decision = schedule.decide(unmaterialized_bytes, now)
+            decision = schedule.decide(unmaterialized_bytes, now, commits_since_snapshot)
             waiting = list(schedule.in_flight) if decision is Decision.BACKSTOP else []
         if decision is not Decision.NO:
             self._metrics.add(f"decisions_{decision.value}")
@@ -171,6 +174,18 @@ class Materializer:
 
     def read_manifest(self, path: str) -> SnapshotManifest:
         return self._storage.loop.run(aread_manifest(self._storage, path))
+
+    def check_files(self, manifest_path: str) -> tuple[SnapshotManifest, list[str]]:
+        """The manifest and the files it names that are missing or of another size.
+
+        Call it before building on a snapshot: a cleanup that ran while the snapshot was
+        uploading may have deleted files it uploaded or reused. One listing per folder.
+        """
+        manifest = self.read_manifest(manifest_path)
+        missing = self._storage.loop.run(amissing_files(self._storage, manifest))
+        if missing:
+            self._metrics.add("checks_missing_files")
+        return manifest, missing
 
     def restore(self, store_id: str, manifest_path: str, target_dir: str) -> RestoredSnapshot:
         """Rebuild the snapshot in `target_dir` (created; must be empty). Open it with open_db."""

@@ -52,15 +52,22 @@ class StoreSchedule:
         if self.failures > self.options.max_consecutive_failures:
             raise MaterializationFailedError(self.store_id, self.failures, self.last_error)
 
-    def decide(self, unmaterialized_bytes: int, now: float) -> Decision:
-        """Count one commit and say whether to snapshot now (ignores what is in flight)."""
+    def decide(self, unmaterialized_bytes: int, now: float,
+               commits_since_snapshot: int | None = None) -> Decision:
+        """Count one commit and say whether to snapshot now (ignores what is in flight).
+
+        `commits_since_snapshot`, when the owner knows it (from the store's lineage), replaces
+        this process's own count: a store that moves between processes still gets its
+        snapshot every N commits, although no single process made N of them.
+        """
         self.commits += 1
         if unmaterialized_bytes >= self.options.backstop_bytes:
             return Decision.BACKSTOP
         if self.in_flight:
             return Decision.NO
         n = self.options.every_n_commits
-        if n is not None and self.commits >= n:
+        commits = self.commits if commits_since_snapshot is None else commits_since_snapshot
+        if n is not None and commits >= n:
             return Decision.PERIODIC
         if self.next_due is not None and now >= self.next_due:
             return Decision.PERIODIC

@@ -230,3 +230,18 @@ def test_close_waits_for_snapshots_in_flight(s3: S3Env, s3_remote: ChangelogStor
     assert future.done() and future.result().version == 1
     with pytest.raises(MaterializerClosedError):
         materializer.snapshot(db, request(2))
+
+
+def test_commits_since_snapshot_from_the_owner_replaces_the_process_count(
+        file_remote: ChangelogStorage, make: Any) -> None:
+    materializer = make(file_remote, interval=None, every_n_commits=3)
+    # a store that just moved here: this process saw no commit, the lineage holds three
+    assert materializer.should_snapshot(STORE, 0, commits_since_snapshot=3) is Decision.PERIODIC
+
+
+def test_a_short_lineage_does_not_snapshot_however_often_this_process_commits(
+        file_remote: ChangelogStorage, make: Any) -> None:
+    materializer = make(file_remote, interval=None, every_n_commits=3)
+    decisions = [materializer.should_snapshot(STORE, 0, commits_since_snapshot=1)
+                 for _ in range(5)]
+    assert decisions == [Decision.NO] * 5

@@ -478,3 +478,33 @@ def test_reused_file_deleted_remotely_is_uploaded_again(file_remote: ChangelogSt
     db.close()
     assert materializer.metrics_snapshot()["reused_missing"] == len(ssts)
     assert restore_contents(materializer, second, tmp_path / "restored") == model
+
+
+def test_check_files_finds_nothing_missing_in_a_sound_snapshot(remote: RemoteFiles,
+                                                                make_materializer: Any,
+                                                                tmp_path: Path) -> None:
+    materializer = make_materializer(remote)
+    db = new_db(tmp_path / "db")
+    write(db, {}, "default", rows(3, 500))
+    handle = materializer.snapshot(db, request(1, "v1")).result(timeout=30)
+    db.close()
+    manifest, missing = materializer.check_files(handle.manifest_path)
+    assert (manifest.version, manifest.unique_id) == (1, "v1") and manifest.files
+    assert missing == []
+
+
+def test_check_files_names_the_files_a_cleanup_took(file_remote: ChangelogStorage,
+                                                    make_materializer: Any,
+                                                    tmp_path: Path) -> None:
+    materializer = make_materializer(file_remote)
+    db = new_db(tmp_path / "db")
+    write(db, {}, "default", rows(4, 500))
+    handle = materializer.snapshot(db, request(1, "v1")).result(timeout=30)
+    db.close()
+    files = materializer.read_manifest(handle.manifest_path).files
+    gone = sorted({next(f.dfs_path for f in files if f.local_name.endswith(".sst")),
+                   next(f.dfs_path for f in files if not f.local_name.endswith(".sst"))})
+    file_remote.loop.run(file_remote.adelete_many(gone))
+    _, missing = materializer.check_files(handle.manifest_path)
+    assert sorted(missing) == gone
+    assert materializer.metrics_snapshot()["checks_missing_files"] == 1

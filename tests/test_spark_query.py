@@ -179,6 +179,22 @@ def test_materialization_truncation_and_cleanup_happen_during_a_run(spark: Any,
     assert stored_counts(spark, str(root)) == count_model(frames)
 
 
+def test_partitions_moving_between_workers_are_taken_over_and_snapshot_at_the_default_pace(
+        spark: Any, tmp_path: Path) -> None:
+    frames = make_batches(14, rows=200, keys=80, seed=13)
+    write_batches(tmp_path / "in", frames)
+    # default everyNCommits (10); no interval, so only the lineage count can trigger one
+    stream = run_files(spark, tmp_path / "in", tmp_path / "ckpt", partitions=4,
+                       conf={"materialization.interval": "off"})
+    kinds = [p.load_kinds for p in stream.progress]
+    assert kinds[0] == {"empty": 4}
+    assert all(set(k) <= {"reuse", "local_reuse"} for k in kinds[1:]), kinds  # no restore
+    snapshots = files_under(tmp_path / "ckpt" / "state" / "stateful", ".snapshot")
+    assert {p.name.split("_")[0] for p in snapshots} == {"10"}  # one per partition, at v10
+    assert stream.progress[-1].materialized_partitions == 4  # adopted by whoever came next
+    assert stored_counts(spark, str(tmp_path / "ckpt")) == count_model(frames)
+
+
 def test_invalid_setting_fails_at_query_start_naming_the_key(spark: Any,
                                                              tmp_path: Path) -> None:
     grouped = stateful(file_stream(spark, tmp_path)).group_by("user")

@@ -4,8 +4,10 @@ A provider keeps its store's local directory locked and its RocksDB open between
 partition that comes back to the same Python worker loads with no I/O and can adopt the snapshot
 that finished in the background. When another worker of the host gets the partition, it leaves
 a release request next to the store's lock; the holder's reaper thread closes the idle provider
-at once, and the newcomer restores from the checkpoint. Nothing here runs before a task does,
-so RocksDB is only ever opened inside an executor's Python worker, never before a fork.
+at once, which flushes RocksDB and marks the directory with the version it holds, and the
+newcomer takes that directory over, again with no remote I/O (it restores from the checkpoint
+only when the directory is not at the version it must load). Nothing here runs before a task
+does, so RocksDB is only ever opened inside an executor's Python worker, never before a fork.
 """
 
 from __future__ import annotations
