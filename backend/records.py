@@ -41,8 +41,17 @@ def check_cf(cf: str) -> str:
     return cf
 
 
+_PREFIXES: dict[str, bytes] = {}
+
+
 def cf_prefix(cf: str) -> bytes:
-    return check_cf(cf).encode() + CF_SEPARATOR
+    """Cached: every key a store reads, writes or replays needs it (benchmarks/write_path)."""
+    prefix = _PREFIXES.get(cf) if type(cf) is str else None
+    if prefix is None:
+        prefix = check_cf(cf).encode() + CF_SEPARATOR
+        if len(_PREFIXES) < 4096:
+            _PREFIXES[cf] = prefix
+    return prefix
 
 
 def encode_key(cf: str, key: bytes) -> bytes:
@@ -57,9 +66,8 @@ def split_key(raw: bytes) -> tuple[str, bytes]:
 
 
 def encode_payload(marker: VersionMarker, records: Iterable[Record]) -> bytes:
-    body: list[list[Any]] = [[OP_VERSION, marker.version, marker.unique_id,
-                              marker.base_unique_id]]
-    body.extend([op, cf, key, value] for op, cf, key, value in records)
+    body: list[Any] = [[OP_VERSION, marker.version, marker.unique_id, marker.base_unique_id]]
+    body.extend(records)  # (op, cf, key, value) tuples pack exactly like 4-element lists
     return msgpack.packb(body, use_bin_type=True)
 
 

@@ -1,0 +1,132 @@
+"""Benchmark 5: checkpoint storage divided by live state size, batch after batch.
+
+A store of `keys` keys (100-byte values) runs `batches` commits, each rewriting 1% of the keys.
+Materialization runs on its defaults (every 10 commits, in the background); after every batch
+the driver's commit log entry is written, and every `cleanup_every` batches the backend's
+cleanup keeps the newest `minBatchesToRetain` batches and deletes the rest, as a job's
+maintenance would. After every batch the bytes under the checkpoint root (file://) are summed
+and divided by the live state's logical size (physical key + value of every live key).
+
+    python -m benchmarks.space [--quick] [--keys 1000000] [--batches 200] [--retain 2,10,100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from backend.cleanup import cleanup_checkpoint
+from backend.commit_log import CommitEntry, CommitLog, OperatorCommit
+from backend.state_backend import StateBackend
+from benchmarks.harness import (
+    Report,
+    dir_size,
+    parse_args,
+    profiled,
+    scratch,
+    summarize,
+)
+from benchmarks.plots import line_plot
+from benchmarks.workload import OPERATOR, Workload, backend_options, file_url, load_store
+from changelog.config import ChangelogOptions
+
+NAME = "space"
+FULL: dict[str, Any] = {"keys": 1_000_000, "batches": 200, "retain": [2, 10, 100],
+                        "cleanup_every": 10}
+QUICK: dict[str, Any] = {"keys": 5_000, "batches": 30, "retain": [5, 10],
+                         "cleanup_every": 5}
+
+
+def run(args: argparse.Namespace, plan: dict[str, Any], retain: int) -> dict[str, Any]:
+    workload = Workload(plan["keys"], 0.01, seed=args.seed)
+    series: list[float] = []
+    bytes_series: list[int] = []
+    deleted = 0
+    cleanup_seconds: list[float] = []
+    with scratch(args, f"space-{retain}") as work:
+        remote = work / "remote"
+        url = file_url(remote)
+        options = backend_options(work / "local", ChangelogOptions(),
+                                  min_batches_to_retain=retain)
+        with StateBackend(options) as backend:
+            storage = backend.context(url).storage
+            commit_log = CommitLog(storage)
+            provider = backend.provider(url, OPERATOR, 0)
+            store = provider.get_store(0)
+            load_store(store, workload)
+            info = store.commit()
+            for batch in range(plan["batches"]):
+                if batch:
+                    store = provider.get_store(info.version, info)
+                    for user_key, value in workload.step():
+                        store.put(user_key, value)
+                    info = store.commit()
+                entry = CommitEntry(batch, {OPERATOR: OperatorCommit(1, {0: info})})
+                commit_log.write(batch, entry)
+                if (batch + 1) % plan["cleanup_every"] == 0:
+                    began = time.perf_counter()
+                    report = cleanup_checkpoint(storage, retain, dry_run=False)
+                    cleanup_seconds.append(time.perf_counter() - began)
+                    deleted += len(report.files)
+                    if report.problems:
+                        raise RuntimeError(f"cleanup reported problems: {report.problems}")
+                size = dir_size(remote)
+                bytes_series.append(size)
+                series.append(size / workload.live_bytes)
+    return {"retain": retain, "ratio": series, "bytes": bytes_series, "deleted_files": deleted,
+            "cleanup_seconds": cleanup_seconds, "live_bytes": workload.live_bytes}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(__doc__ or NAME, argv, [
+        (["--keys"], {"type": int, "default": None}),
+        (["--batches"], {"type": int, "default": None}),
+        (["--retain"], {"default": None, "help": "comma-separated minBatchesToRetain values"}),
+    ])
+    plan = dict(QUICK if args.quick else FULL)
+    if args.keys:
+        plan["keys"] = args.keys
+    if args.batches:
+        plan["batches"] = args.batches
+    if args.retain:
+        plan["retain"] = [int(r) for r in args.retain.split(",")]
+    report = Report(NAME, args, {**plan, "changed_per_batch": 0.01, "value_bytes": 100,
+                                 "materialization": "defaults (every 10 commits, background)",
+                                 "storage": "file://"})
+    results = []
+    with profiled(args):
+        for retain in plan["retain"]:
+            result = run(args, plan, retain)
+            results.append(result)
+            tail = summarize(result["ratio"][len(result["ratio"]) // 2:])
+            print(f"  retain {retain}: final {result['ratio'][-1]:.2f}x, second half p50 "
+                  f"{tail['p50']:.2f}x max {tail['max']:.2f}x", flush=True)
+    rows = []
+    for result in results:
+        tail = summarize(result["ratio"][len(result["ratio"]) // 2:])
+        rows.append([result["retain"], len(result["ratio"]), result["live_bytes"] / 1e6,
+                     result["bytes"][-1] / 1e6, result["ratio"][-1], tail["p50"], tail["max"],
+                     summarize(result["cleanup_seconds"]).get("p50", float("nan")),
+                     result["deleted_files"]])
+    report.table(f"Checkpoint storage / live state, {plan['keys']:,} keys, 1% changed per "
+                 f"batch, cleanup every {plan['cleanup_every']} batches",
+                 ["minBatchesToRetain", "batches", "live MB", "final MB", "final ratio",
+                  "2nd half p50", "2nd half max", "cleanup s p50", "files deleted"], rows)
+    for result in results:
+        peak = summarize(result["ratio"][len(result["ratio"]) // 2:])["max"]
+        report.goal(f"5. space (minBatchesToRetain={result['retain']})",
+                    "storage / live state <= 1.5x",
+                    f"{peak:.2f}x at most over the second half "
+                    f"({result['ratio'][-1]:.2f}x at the end)", peak, peak <= 1.5)
+    report.put("samples", results)
+    line_plot(report, list(range(1, plan["batches"] + 1)),
+              {f"minBatchesToRetain={r['retain']}": r["ratio"] for r in results},
+              f"{plan['keys']:,} keys, 1% changed per batch",
+              "batch", "checkpoint storage / live state", hline=1.5, hline_label="goal 1.5x")
+    report.save()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,167 @@
+"""Every benchmark script runs end to end in its --quick form on tiny sizes, so the harness
+cannot rot unnoticed.
+
+Each script runs in a subprocess exactly as docs/benchmarks.md shows it (python -m
+benchmarks.<name> --quick ...), with its JSON and plots sent to a temporary directory; the
+tests read the JSON back. All scripts start together when the first test runs (they spend most
+of their time importing and sleeping on the latency model); each test collects its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks.latency import LatencyModel
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+TINY = {
+    "checkpoint_duration": ["--sizes", "300", "--checkpoints", "3"],
+    "hedging": ["--persists", "20", "--warmup", "5"],
+    "write_path": ["--keys", "2000", "--rounds", "2"],
+    "recovery": ["--keys", "400", "--rounds", "1"],
+    "space": ["--keys", "400", "--batches", "12"],
+    "spark_e2e": ["--modes", "a2,b", "--files", "1"],
+}
+SCRIPT_TIMEOUT = 240
+
+
+def _command(name: str, out: Path) -> list[str]:
+    return [sys.executable, "-m", f"benchmarks.{name}", "--quick", *TINY[name],
+            "--out-dir", str(out), "--img-dir", str(out), "--work-dir", str(out / "work")]
+
+
+def _environment() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(REPO_ROOT), *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]])
+    return env
+
+
+class Runs:
+    """Every script started at once (they mostly wait on imports, sleeps and each other's
+    I/O), each collected by its own test."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.processes: dict[str, tuple[subprocess.Popen[str], Path]] = {}
+
+    def start_all(self) -> None:
+        for name in TINY:
+            out = self.root / name
+            out.mkdir()
+            with open(out / "log.txt", "w") as log:
+                self.processes[name] = (subprocess.Popen(
+                    _command(name, out), cwd=REPO_ROOT, env=_environment(), stdout=log,
+                    stderr=subprocess.STDOUT, text=True), out)
+
+    def result(self, name: str) -> tuple[dict[str, Any], Path]:
+        process, out = self.processes[name]
+        process.wait(timeout=SCRIPT_TIMEOUT)
+        log = (out / "log.txt").read_text()
+        assert process.returncode == 0, f"{name} failed:\n{log[-4000:]}"
+        return json.loads((out / f"{name}.json").read_text()), out
+
+    def stop(self) -> None:
+        for process, _ in self.processes.values():
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
+    started = Runs(tmp_path_factory.mktemp("bench-smoke"))
+    try:
+        started.start_all()
+        yield started
+    finally:
+        started.stop()
+
+
+def test_checkpoint_duration_measures_every_mode_on_file_and_s3(runs: Runs) -> None:
+    result, out = runs.result("checkpoint_duration")
+    samples = result["samples"]
+    assert set(samples) == {"file", "s3"}
+    for by_size in samples.values():
+        modes = by_size["300"]
+        assert set(modes) == {"changelog", "incremental", "full"}
+        for mode in modes.values():
+            assert len(mode["durations"]) == 3
+            assert all(d > 0 for d in mode["durations"])
+            assert mode["total_bytes"] > 0
+    assert len(result["goals"]) == 2
+    assert all(goal["ratio"] > 0 for goal in result["goals"])
+    assert (out / "checkpoint_duration.png").stat().st_size > 0
+    assert (out / "checkpoint_duration_series.png").stat().st_size > 0
+
+
+def test_hedging_compares_both_sides_with_proxy_request_counts(runs: Runs) -> None:
+    result, out = runs.result("hedging")
+    assert [len(result["samples"][side]) for side in ("off", "on")] == [20, 20]
+    persists = {row[0]: row for row in result["tables"][0]["rows"]}
+    headers = result["tables"][0]["headers"]
+    puts = headers.index("PUTs")
+    assert persists["off"][puts] == 20  # without hedging every persist is exactly one PUT
+    assert persists["on"][puts] >= 20
+    assert result["goals"][0]["benchmark"] == "2. hedging"
+    assert (out / "hedging.png").stat().st_size > 0
+
+
+def test_write_path_times_every_contender_every_round(runs: Runs) -> None:
+    result, _ = runs.result("write_path")
+    assert set(result["samples"]) == {"raw", "rocksdb", "memory"}
+    for rounds in result["samples"].values():
+        assert len(rounds) == 2
+        assert all(r["put_s"] > 0 and r["get_s"] > 0 for r in rounds)
+    assert {goal["benchmark"] for goal in result["goals"]} == {
+        "3. write path (rocksdb provider)", "3. write path (memory provider)"}
+
+
+def test_recovery_restores_every_checkpoint_and_replays_the_changelog(runs: Runs) -> None:
+    result, _ = runs.result("recovery")
+    for kind in ("file", "s3"):
+        restores = result["samples"][kind]
+        assert restores["snapshot + 0 batches"][0]["replayed_records"] == 0
+        assert restores["snapshot + 5 batches"][0]["replayed_records"] == 5 * 4  # 1% of 400
+        assert restores["snapshot only (final state)"][0]["replayed_records"] == 0
+    assert len(result["goals"]) == 2
+
+
+def test_space_measures_storage_after_every_batch_for_each_retention(runs: Runs) -> None:
+    result, out = runs.result("space")
+    assert [r["retain"] for r in result["samples"]] == [5, 10]
+    for run in result["samples"]:
+        assert len(run["ratio"]) == 12
+        assert all(r > 0 for r in run["ratio"])
+    assert (out / "space.png").stat().st_size > 0
+
+
+@pytest.mark.spark
+def test_spark_end_to_end_variants_agree_batch_by_batch(runs: Runs) -> None:
+    result, _ = runs.result("spark_e2e")
+    assert "outputs of all variants agree batch by batch" in result["notes"]
+    for variant in result["samples"].values():
+        assert variant["rows"] == 1000
+        assert variant["recovery_seconds"] > 0
+
+
+def test_latency_model_is_reproducible_and_has_the_configured_tail() -> None:
+    class Put:
+        content_length = 1_000_000
+
+    model = LatencyModel(first_byte_median=0.02, first_byte_sigma=0.3, bandwidth=100e6,
+                         tail_probability=0.02, tail_factor=10.0, seed=3)
+    again = LatencyModel.from_dict(model.to_dict())
+    draws = [model(Put()) for _ in range(20_000)]
+    assert draws[:50] == [again(Put()) for _ in range(50)]
+    slow = sum(1 for d in draws if d > 0.2)  # ten times a typical 30 ms: only the tail
+    assert 0.015 < slow / len(draws) < 0.025
+    assert min(draws) > 1_000_000 / 100e6  # the body's transfer time is always paid
