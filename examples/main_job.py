@@ -88,6 +88,7 @@ def generate_input(directory: Path, files: int, events: int, users: int, seed: i
     """`files` parquet files; file i holds events of minute i. Returns the number of events."""
     directory.mkdir(parents=True)
     rng = np.random.default_rng(seed)
+    first_stamp = time.time() - 3600
     weights = 1.0 / np.arange(1, users + 1) ** 0.8  # a few busy users, many quiet ones
     weights /= weights.sum()
     for i in range(files):
@@ -97,7 +98,11 @@ def generate_input(directory: Path, files: int, events: int, users: int, seed: i
             "page": [PAGES[p] for p in rng.integers(0, len(PAGES), events)],
             "ts": i * 60 + rng.integers(0, 60, events),
         })
-        frame.to_parquet(directory / f"views-{i:04d}.parquet", index=False)
+        path = directory / f"views-{i:04d}.parquet"
+        frame.to_parquet(path, index=False)
+        # Spark takes files in modification-time order (ties in arbitrary order): one second each
+        stamp = first_stamp + i
+        os.utime(path, (stamp, stamp))
     return files * events
 
 

@@ -16,11 +16,13 @@ restarted driver would, and checks SQLite against a pandas model.
 from __future__ import annotations
 
 import argparse
+import os
 import queue
 import shutil
 import sqlite3
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -143,8 +145,13 @@ def write_inputs(directory: Path, start: int, count: int) -> list[pd.DataFrame]:
     directory.mkdir(parents=True, exist_ok=True)
     frames = [pd.DataFrame({"user": [f"user-{(i * 7 + j) % 50}" for j in range(300)]})
               for i in range(start, start + count)]
+    first_stamp = time.time() - 3600
     for offset, frame in enumerate(frames):
-        frame.to_parquet(directory / f"in-{start + offset:04d}.parquet", index=False)
+        path = directory / f"in-{start + offset:04d}.parquet"
+        frame.to_parquet(path, index=False)
+        # Spark takes files in modification-time order (ties in arbitrary order): one second each
+        stamp = first_stamp + start + offset
+        os.utime(path, (stamp, stamp))
     return frames
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -89,10 +90,19 @@ def make_batches(count: int, rows: int, keys: int, seed: int = 0) -> list[Any]:
 
 
 def write_batches(directory: Path, frames: list[Any], start: int = 0) -> None:
-    """One parquet file per frame, named in batch order (the file source reads them so)."""
+    """One parquet file per frame, in batch order.
+
+    Spark's file source takes files in modification-time order and breaks ties by listing
+    order, which is arbitrary; files written within one millisecond would make the batches
+    differ from the frames. Each file gets its own second, increasing with its index.
+    """
     directory.mkdir(parents=True, exist_ok=True)
+    base = time.time() - 3600
     for offset, frame in enumerate(frames):
-        frame.to_parquet(directory / f"part-{start + offset:05d}.parquet", index=False)
+        path = directory / f"part-{start + offset:05d}.parquet"
+        frame.to_parquet(path, index=False)
+        stamp = base + start + offset
+        os.utime(path, (stamp, stamp))
 
 
 def count_model(frames: list[Any]) -> dict[str, int]:
