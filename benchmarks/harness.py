@@ -70,6 +70,8 @@ def ratio(numerator: float, denominator: float) -> float:
 
 
 def fmt(value: Any, digits: int = 3) -> str:
+    if value is None:  # NaN comes back from the JSON files as null
+        return "n/a"
     if isinstance(value, float):
         if math.isnan(value):
             return "n/a"

@@ -132,6 +132,7 @@ def outcome(side: Side, before: dict[str, float], s3: S3Harness) -> dict[str, fl
             "hedges_started": float(after["hedges_started"] - before["hedges_started"]),
             "hedges_won": float(after["hedges_won"] - before["hedges_won"]),
             "retries": float(after["retries"] - before["retries"]),
+            "hedge_delay_at_end": float(after.get("hedge_delay", float("nan"))),
             "extra_requests": ratio(puts["count"], uploads) - 1.0}
 
 
@@ -141,10 +142,11 @@ def tabulate(report: Report, results: dict[str, dict[str, float]],
     for mode, r in results.items():
         rows.append([mode, int(r["n"]), r["p50"] * 1000, r["p99"] * 1000, r["p99.9"] * 1000,
                      r["max"] * 1000, int(r["put_requests"]), int(r["hedges_started"]),
-                     int(r["hedges_won"]), r["extra_requests"] * 100])
+                     int(r["hedges_won"]), r["extra_requests"] * 100,
+                     r["hedge_delay_at_end"] * 1000 if mode == "on" else float("nan")])
     report.table(f"Persist latency, {persists:,} persists per side",
                  ["hedging", "n", "p50 ms", "p99 ms", "p99.9 ms", "max ms", "PUTs", "hedges",
-                  "hedges won", "extra req %"], rows)
+                  "hedges won", "extra req %", "hedge delay ms"], rows)
     off, on = results["off"], results["on"]
     rows = []
     for label, q in (("p50", 50.0), ("p99", 99.0), ("p99.9", 99.9)):

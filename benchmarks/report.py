@@ -44,7 +44,8 @@ def render_benchmark(name: str, data: dict[str, Any] | None, img_dir: Path) -> s
                 f"`python -m benchmarks.report`.*")
     machine = data["machine"]
     parts = [f"Command: `{data['command']}`  ",
-             f"Run: {data.get('finished_utc', '?')} UTC, {data.get('elapsed_seconds', '?')} s, "
+             f"Run: finished {str(data.get('finished_utc', '?')).replace('+00:00', '')} UTC, "
+             f"{data.get('elapsed_seconds', '?')} s, "
              f"load average {machine['load_average'][0]} at the start and "
              f"{(data.get('load_average_at_end') or ['?'])[0]} at the end (2 cores)."
              + (" **Quick configuration, not a result.**" if data.get("quick") else "")]
@@ -89,11 +90,11 @@ def render_machine(found: dict[str, dict[str, Any]]) -> str:
 
 
 def replace_section(text: str, section: str, content: str) -> str:
-    pattern = re.compile(rf"(<!-- BEGIN {re.escape(section)} -->\n).*?(\n<!-- END "
-                         rf"{re.escape(section)} -->)", re.S)
+    begin, end = f"<!-- BEGIN {section} -->", f"<!-- END {section} -->"
+    pattern = re.compile(re.escape(begin) + ".*?" + re.escape(end), re.S)
     if not pattern.search(text):
         raise SystemExit(f"{DOC}: no markers for section {section!r}")
-    return pattern.sub(lambda m: m.group(1) + content + m.group(2), text)
+    return pattern.sub(lambda _: f"{begin}\n{content}\n{end}", text)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -106,7 +107,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     doc = Path(args.doc)
     text = doc.read_text()
     text = replace_section(text, "machine", render_machine(found))
-    text = replace_section(text, "summary", render_summary(found))
+    summary = render_summary(found)
+    text = replace_section(text, "summary", summary)
+    text = replace_section(text, "closing", summary)
     for name in BENCHMARKS:
         text = replace_section(text, name, render_benchmark(name, found.get(name),
                                                             Path(args.img_dir)))

@@ -17,6 +17,7 @@ the time to finish that batch is the recovery time.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -61,12 +62,15 @@ def make_inputs(directory: Path, plan: dict[str, Any], seed: int) -> list[Path]:
     rng = np.random.default_rng(seed)
     directory.mkdir(parents=True)
     paths = []
+    base = time.time() - 3600
     for index in range(plan["files"] + 1):
         users = rng.integers(0, plan["keys"], plan["rows_per_file"])
         frame = pd.DataFrame({"user": [f"user-{u}" for u in users],
                               "v": np.arange(plan["rows_per_file"], dtype=np.int64)})
         path = directory / f"part-{index:05d}.parquet"
         frame.to_parquet(path, index=False)
+        # the file source orders files by modification time and breaks ties arbitrarily
+        os.utime(path, (base + index, base + index))
         paths.append(path)
     return paths
 
@@ -136,9 +140,14 @@ class Run:
         rows = sum(int(p["numInputRows"]) for p in batches)
         durations = [p["durationMs"]["triggerExecution"] / 1000 for p in batches]
         commits = self._commit_seconds(batches)
-        return {"wall_seconds": wall, "rows": rows, "batches": len(batches),
-                "batch_seconds": durations, "commit_seconds": commits,
-                "first_batch_seconds": durations[0] if durations else float("nan")}
+        result = {"wall_seconds": wall, "rows": rows, "batches": len(batches),
+                  "batch_seconds": durations, "commit_seconds": commits,
+                  "first_batch_seconds": durations[0] if durations else float("nan")}
+        if self.stream is not None:  # where this library's batches spend their time
+            result["dstl_progress"] = [
+                {key: value for key, value in dataclasses.asdict(p).items()
+                 if isinstance(value, int | float)} for p in self.stream.progress]
+        return result
 
     def _commit_seconds(self, batches: list[dict[str, Any]]) -> list[float]:
         if self.mode in ("a", "a2"):  # this library reports the slowest task's commit
@@ -150,7 +159,9 @@ class Run:
         return values
 
     def add_restart_file(self, source: Path) -> None:
-        shutil.copy(source, self.inputs / source.name)
+        target = self.inputs / source.name
+        shutil.copy(source, target)
+        os.utime(target)  # newer than every file already read
 
 
 def drop_loaded_state(spark: Any) -> str:

@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from rocksdict import Rdict, WriteBatch, WriteOptions
@@ -110,10 +111,10 @@ def load_store(store: StateStore, workload: Workload) -> float:
 
 def backend_options(local_dir: Path, changelog: ChangelogOptions,
                     materialization: MaterializerOptions | None = None,
-                    **changes: object) -> BackendOptions:
+                    **changes: Any) -> BackendOptions:
     return BackendOptions(local_dir=str(local_dir), changelog=changelog,
                           materialization=materialization or MaterializerOptions(),
-                          **changes)  # type: ignore[arg-type]
+                          **changes)
 
 
 def file_url(path: Path) -> str:
