@@ -14,8 +14,8 @@ from backend.api import StateStore
 from backend.checkpoint import CheckpointInfo
 from backend.errors import StateStoreClosedError
 from backend.instance import StoreInstance
-from backend.records import DEFAULT_CF, VersionMarker, cf_prefix, check_cf, encode_key
-from backend.txcache import TransactionCache
+from backend.records import DEFAULT_CF, VersionMarker, cf_prefix
+from backend.txcache import ABSENT, TransactionCache
 
 OPEN, COMMITTED, ABORTED = "open", "committed", "aborted"
 
@@ -28,6 +28,7 @@ class ChangelogStateStore(StateStore):
         self._marker = marker
         options = instance.context.options
         self._cache = TransactionCache(options.tx_cache_max_entries, options.tx_cache_max_bytes)
+        self._engine_get = instance.engine.get
         self._state = OPEN
         self._flushed = False
         self._load_metrics = dict(load_metrics)
@@ -52,25 +53,36 @@ class ChangelogStateStore(StateStore):
 
     # --- reads ------------------------------------------------------------------------------
 
+    # get, put and put_many inline TransactionCache.lookup/put (keep the accounting alike):
+    # the write path is a handful of dict operations per call (benchmarks/write_path)
+
     def get(self, key: bytes, cf: str = DEFAULT_CF) -> bytes | None:
-        self._check_open()
-        found, value = self._cache.lookup(cf, key)
-        if found:
-            return value
-        return self._instance.engine.get(encode_key(cf, key))
+        if self._state is not OPEN:
+            self._check_open()
+        try:
+            table, prefix, _ = self._cache.columns[cf]
+        except (KeyError, TypeError):  # a new or an invalid column family
+            table, prefix, _ = self._cache.column(cf)
+        if type(key) is not bytes:
+            key = bytes(key)  # a bytearray or memoryview reads like its bytes
+        value = table.get(key, ABSENT)
+        if value is ABSENT:
+            return self._engine_get(prefix + key)
+        return value
 
     def multi_get(self, keys: Iterable[bytes], cf: str = DEFAULT_CF) -> list[bytes | None]:
         self._check_open()
-        keys = list(keys)
+        table, prefix, _ = self._cache.column(cf)
+        keys = [key if type(key) is bytes else bytes(key) for key in keys]
         results: list[bytes | None] = [None] * len(keys)
         missing: list[int] = []
         for index, key in enumerate(keys):
-            found, value = self._cache.lookup(cf, key)
-            if found:
-                results[index] = value
-            else:
+            value = table.get(key, ABSENT)
+            if value is ABSENT:
                 missing.append(index)
-        values = self._instance.engine.multi_get([encode_key(cf, keys[i]) for i in missing])
+            else:
+                results[index] = value
+        values = self._instance.engine.multi_get([prefix + keys[i] for i in missing])
         for index, value in zip(missing, values, strict=True):
             results[index] = value
         return results
@@ -93,37 +105,86 @@ class ChangelogStateStore(StateStore):
     # --- writes -----------------------------------------------------------------------------
 
     def put(self, key: bytes, value: bytes, cf: str = DEFAULT_CF) -> None:
-        self._check_open()
-        check_cf(cf)
-        if not isinstance(key, bytes) or not isinstance(value, bytes):
-            raise TypeError(f"store {self.store_id!r}: keys and values must be bytes, got "
-                            f"{type(key).__name__} / {type(value).__name__}")
-        self._cache.put(cf, key, value)
-        self._flush_if_full()
+        if self._state is not OPEN:
+            self._check_open()
+        cache = self._cache
+        try:
+            table, _, overhead = cache.columns[cf]
+        except (KeyError, TypeError):  # a new or an invalid column family
+            table, _, overhead = cache.column(cf)
+        if type(key) is not bytes or type(value) is not bytes:
+            key, value = self._as_bytes(key, value)
+        old = table.get(key, ABSENT)
+        table[key] = value
+        if old is ABSENT:
+            cache.entries += 1
+            cache.bytes += overhead + len(key) + len(value)
+        elif old is None:
+            cache.bytes += len(value)
+        else:
+            cache.bytes += len(value) - len(old)
+        if cache.entries >= cache.max_entries or cache.bytes >= cache.max_bytes:
+            self._flush()
 
     def put_many(self, items: Iterable[tuple[bytes, bytes]], cf: str = DEFAULT_CF) -> None:
-        for key, value in items:
-            self.put(key, value, cf)
+        """put() for every item, in order: one check of the store and the column family,
+        then a loop that keeps the cache's counters in locals."""
+        self._check_open()
+        cache = self._cache
+        table, _, overhead = cache.column(cf)
+        get = table.get
+        entries, size = cache.entries, cache.bytes
+        max_entries, max_bytes = cache.max_entries, cache.max_bytes
+        try:
+            for key, value in items:
+                if type(key) is not bytes or type(value) is not bytes:
+                    key, value = self._as_bytes(key, value)
+                old = get(key, ABSENT)
+                table[key] = value
+                if old is ABSENT:
+                    entries += 1
+                    size += overhead + len(key) + len(value)
+                elif old is None:
+                    size += len(value)
+                else:
+                    size += len(value) - len(old)
+                if entries >= max_entries or size >= max_bytes:
+                    cache.entries, cache.bytes = entries, size
+                    entries = size = 0  # the flush empties the cache, also when it fails
+                    self._flush()
+        finally:
+            cache.entries, cache.bytes = entries, size
 
     def remove(self, key: bytes, cf: str = DEFAULT_CF) -> None:
-        self._check_open()
-        check_cf(cf)
-        if not isinstance(key, bytes):
-            raise TypeError(f"store {self.store_id!r}: keys must be bytes, got "
-                            f"{type(key).__name__}")
-        self._cache.remove(cf, key)
-        self._flush_if_full()
+        if self._state is not OPEN:
+            self._check_open()
+        cache = self._cache
+        cache.column(cf)
+        if type(key) is not bytes:
+            key = self._key_as_bytes(key)
+        cache.remove(cf, key)
+        if cache.entries >= cache.max_entries or cache.bytes >= cache.max_bytes:
+            self._flush()
 
     def remove_many(self, keys: Iterable[bytes], cf: str = DEFAULT_CF) -> None:
+        """remove() for every key, in order, with one check of the store and the cf."""
+        self._check_open()
+        cache = self._cache
+        cache.column(cf)
+        remove = cache.remove
         for key in keys:
-            self.remove(key, cf)
+            if type(key) is not bytes:
+                key = self._key_as_bytes(key)
+            remove(cf, key)
+            if cache.entries >= cache.max_entries or cache.bytes >= cache.max_bytes:
+                self._flush()
 
     # --- end of the transaction -------------------------------------------------------------
 
     def commit(self, *, materialize: bool = False) -> CheckpointInfo:
         self._check_open()
         try:
-            info = self._instance.commit(self._marker, self._cache.drain(), materialize)
+            info = self._instance.commit(self._marker, self._cache, materialize)
         except BaseException:
             self._instance.dirty = True
             self._end(ABORTED)
@@ -168,17 +229,27 @@ class ChangelogStateStore(StateStore):
 
     # --- internals --------------------------------------------------------------------------
 
-    def _flush_if_full(self) -> None:
-        if self._cache.is_full():
-            self._flush()
-
     def _flush(self) -> None:
         if len(self._cache):
             self._flushed = True
-            self._instance.write(self._marker, self._cache.drain())
+            self._instance.write(self._marker, self._cache)
+
+    def _as_bytes(self, key: object, value: object) -> tuple[bytes, bytes]:
+        """Keys and values of a bytes subclass as plain bytes; TypeError for anything else."""
+        if not isinstance(key, bytes) or not isinstance(value, bytes):
+            raise TypeError(f"store {self.store_id!r}: keys and values must be bytes, got "
+                            f"{type(key).__name__} / {type(value).__name__}")
+        return bytes(key), bytes(value)
+
+    def _key_as_bytes(self, key: object) -> bytes:
+        if not isinstance(key, bytes):
+            raise TypeError(f"store {self.store_id!r}: keys must be bytes, got "
+                            f"{type(key).__name__}")
+        return bytes(key)
 
     def _end(self, state: str) -> None:
         self._state = state
+        self._cache.release()
         self._on_end(self)
 
     def _check_open(self) -> None:

@@ -2,68 +2,118 @@
 
 Reads check it first (read-your-writes). It is flushed into RocksDB and the changelog in one
 go, so many writes to one key cost one record, and the changelog gets one payload per flush.
+
+Layout, chosen for the write path (benchmarks/write_path): one plain dict per column family,
+user key -> value or None for a delete, so a put is one dict store with no key encoding and no
+per-write tuple; the physical keys and the payload are built per flush, column family by
+column family (records.encode_changes). ChangelogStateStore inlines `put` and `lookup` on
+these fields; both must keep the same accounting.
 """
 
 from __future__ import annotations
 
-from backend.records import OP_DELETE, OP_PUT, Record, encode_key
+from typing import Any
 
-_ENTRY_OVERHEAD = 16
+from backend.records import OP_DELETE, OP_PUT, Record, cf_prefix, new_packer
+
+ENTRY_OVERHEAD = 16
+ABSENT: Any = object()  # "not in the cache", distinct from None ("deleted in this transaction")
+
+Table = dict[bytes, bytes | None]
+Column = tuple[Table, bytes, int]  # (table, physical key prefix, bytes charged per entry)
+Pending = list[tuple[str, bytes, Table]]  # (cf, physical key prefix, table), non-empty tables
 
 
 class TransactionCache:
-    """Maps physical key -> (cf, user key, value or None for a delete)."""
+    """Per column family: user key -> value, or None for a delete.
+
+    An entry costs len(physical key) + len(value) + ENTRY_OVERHEAD bytes."""
 
     def __init__(self, max_entries: int, max_bytes: int) -> None:
-        self._entries: dict[bytes, tuple[str, bytes, bytes | None]] = {}
-        self._bytes = 0
-        self._max_entries = max_entries
-        self._max_bytes = max_bytes
+        self.columns: dict[str, Column] = {}
+        self.deletes: set[str] = set()  # column families with a delete since the last drain
+        self.entries = 0
+        self.bytes = 0
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self._packer: Any = None
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return self.entries
 
     @property
     def size_bytes(self) -> int:
-        return self._bytes
+        return self.bytes
+
+    def column(self, cf: str) -> Column:
+        """The column of `cf`, made on first use; StoreIdError for an invalid name."""
+        column = self.columns.get(cf) if type(cf) is str else None
+        if column is None:
+            prefix = cf_prefix(cf)  # validates
+            column = ({}, prefix, len(prefix) + ENTRY_OVERHEAD)
+            self.columns[cf] = column
+        return column
 
     def is_full(self) -> bool:
-        return len(self._entries) >= self._max_entries or self._bytes >= self._max_bytes
+        return self.entries >= self.max_entries or self.bytes >= self.max_bytes
 
     def put(self, cf: str, key: bytes, value: bytes) -> None:
-        self._set(cf, key, value)
+        table, _, overhead = self.column(cf)
+        old = table.get(key, ABSENT)
+        table[key] = value
+        if old is ABSENT:
+            self.entries += 1
+            self.bytes += overhead + len(key) + len(value)
+        else:
+            self.bytes += len(value) - (len(old) if old is not None else 0)
 
     def remove(self, cf: str, key: bytes) -> None:
-        self._set(cf, key, None)
-
-    def _set(self, cf: str, key: bytes, value: bytes | None) -> None:
-        raw = encode_key(cf, key)
-        old = self._entries.pop(raw, None)
-        if old is not None:
-            self._bytes -= _cost(raw, old[2])
-        self._entries[raw] = (cf, key, value)
-        self._bytes += _cost(raw, value)
+        table, _, overhead = self.column(cf)
+        old = table.get(key, ABSENT)
+        table[key] = None
+        self.deletes.add(cf)
+        if old is ABSENT:
+            self.entries += 1
+            self.bytes += overhead + len(key)
+        elif old is not None:
+            self.bytes -= len(old)
 
     def lookup(self, cf: str, key: bytes) -> tuple[bool, bytes | None]:
         """(True, value or None if deleted) when the key was written in this transaction."""
-        entry = self._entries.get(encode_key(cf, key))
-        if entry is None:
+        value = self.column(cf)[0].get(key, ABSENT)
+        if value is ABSENT:
             return False, None
-        return True, entry[2]
+        return True, value
+
+    def pending(self) -> Pending:
+        """The non-empty tables, to flush; they stay in the cache until clear()."""
+        return [(cf, prefix, table) for cf, (table, prefix, _) in self.columns.items() if table]
 
     def drain(self) -> list[tuple[bytes, Record]]:
-        """Every pending write as (physical key, record), in write order; empties the cache."""
+        """Every pending write as (physical key, record), column family by column family;
+        empties the cache. Keys are unique, so the order within a drain does not matter."""
         drained: list[tuple[bytes, Record]] = [
-            (raw, (OP_PUT if value is not None else OP_DELETE, cf, key, value))
-            for raw, (cf, key, value) in self._entries.items()
+            (prefix + key, (OP_PUT if value is not None else OP_DELETE, cf, key, value))
+            for cf, prefix, table in self.pending() for key, value in table.items()
         ]
         self.clear()
         return drained
 
+    def packer(self) -> Any:
+        """The msgpack Packer the flushes of this transaction reuse (records.encode_changes):
+        its buffer keeps the size of the largest flush until release()."""
+        if self._packer is None:
+            self._packer = new_packer()
+        return self._packer
+
+    def release(self) -> None:
+        """Empty the cache and drop the Packer's buffer: the transaction ended."""
+        self.clear()
+        self._packer = None
+
     def clear(self) -> None:
-        self._entries.clear()
-        self._bytes = 0
-
-
-def _cost(raw: bytes, value: bytes | None) -> int:
-    return len(raw) + (len(value) if value is not None else 0) + _ENTRY_OVERHEAD
+        for table, _, _ in self.columns.values():
+            table.clear()
+        self.deletes.clear()
+        self.entries = 0
+        self.bytes = 0

@@ -281,3 +281,98 @@ def test_a_store_locked_by_another_process_is_not_opened(env: BackendEnv) -> Non
         assert process.stdin is not None
         process.stdin.close()
         process.wait(10)
+
+
+@pytest.fixture(params=PROVIDERS, ids=PROVIDER_IDS)
+def local_env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BackendEnv]:
+    made = file_env(tmp_path, request.param)
+    yield made
+    made.close()
+
+
+def test_put_many_coalesces_per_key_like_puts_in_order(local_env: BackendEnv) -> None:
+    provider = local_env.provider(local_env.backend())
+    store = provider.get_store(0)
+    store.put(b"a", b"first")
+    store.remove(b"b")
+    store.put_many([(b"a", b"second"), (b"b", b"back"), (b"c", b"1"), (b"c", b"2")])
+    store.put_many(iter([(b"x", b"in cf")]), cf="other")
+    assert (store.get(b"a"), store.get(b"b"), store.get(b"c")) == (b"second", b"back", b"2")
+    assert store.metrics()["cache_entries"] == 4
+    info = store.commit()
+    assert store.metrics()["records_written"] == 4
+    restored = local_env.provider(local_env.backend()).get_store(1, info)
+    assert state_of(restored) == {b"a": b"second", b"b": b"back", b"c": b"2"}
+    assert state_of(restored, "other") == {b"x": b"in cf"}
+
+
+def test_put_many_and_remove_many_check_like_put_and_remove(local_env: BackendEnv) -> None:
+    provider = local_env.provider(local_env.backend())
+    store = provider.get_store(0)
+    for bad_cf in ("", "nul\x00inside", 7, ["unhashable"]):
+        with pytest.raises(StoreIdError, match="column family name"):
+            store.put_many([], cf=bad_cf)  # type: ignore[arg-type]
+        with pytest.raises(StoreIdError, match="column family name"):
+            store.remove_many([b"k"], cf=bad_cf)  # type: ignore[arg-type]
+        with pytest.raises(StoreIdError, match="column family name"):
+            store.put(b"k", b"v", cf=bad_cf)  # type: ignore[arg-type]
+        with pytest.raises(StoreIdError, match="column family name"):
+            store.get(b"k", cf=bad_cf)  # type: ignore[arg-type]
+    store_name = repr(store.store_id)
+    with pytest.raises(TypeError, match=f"store {store_name}: keys and values must be bytes"):
+        store.put_many([(b"ok", b"1"), ("text", b"2"), (b"never", b"3")])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match=f"store {store_name}: keys must be bytes"):
+        store.remove_many([b"gone", bytearray(b"k")])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="keys and values must be bytes, got bytes / str"):
+        store.put(b"k", "v")  # type: ignore[arg-type]
+    # the writes before the bad item stand, as with a put per item; the counts stay right
+    assert (store.get(b"ok"), store.get(b"gone"), store.get(b"never")) == (b"1", None, None)
+    assert store.metrics()["cache_entries"] == 2
+    store.abort()
+    for call in (lambda: store.put_many([(b"k", b"v")]), lambda: store.remove_many([b"k"]),
+                 lambda: store.put(b"k", b"v"), lambda: store.remove(b"k"),
+                 lambda: store.get(b"k")):
+        with pytest.raises(StateStoreClosedError):
+            call()
+
+
+def test_keys_and_values_of_a_bytes_subclass_are_stored_as_bytes(local_env: BackendEnv) -> None:
+    class Key(bytes):
+        pass
+
+    store = local_env.provider(local_env.backend()).get_store(0)
+    store.put(Key(b"a"), Key(b"1"))
+    store.put_many([(Key(b"b"), Key(b"2"))])
+    store.remove(Key(b"c"))
+    assert [type(value) for value in (store.get(b"a"), store.get(Key(b"b")))] == [bytes, bytes]
+    assert state_of(store) == {b"a": b"1", b"b": b"2"}
+
+
+@pytest.mark.parametrize("limit", [{"tx_cache_max_entries": 3},
+                                   {"tx_cache_max_bytes": 200}])
+def test_put_many_and_remove_many_flush_when_the_cache_is_full(local_env: BackendEnv,
+                                                               limit: dict[str, int]) -> None:
+    provider = local_env.provider(local_env.backend(**limit))
+    store = provider.get_store(0)
+    store.put_many((b"key%02d" % i, b"v" * 40) for i in range(10))
+    store.remove_many(b"key%02d" % i for i in range(0, 10, 2))
+    metrics = store.metrics()
+    assert metrics["flushes"] >= 3
+    assert metrics["cache_entries"] < 3 and metrics["cache_bytes"] < 200
+    info = store.commit()
+    expected = {b"key%02d" % i: b"v" * 40 for i in range(1, 10, 2)}
+    assert state_of(local_env.provider(local_env.backend()).get_store(1, info)) == expected
+
+
+def test_reads_take_any_bytes_like_key(local_env: BackendEnv) -> None:
+    provider = local_env.provider(local_env.backend())
+    store = provider.get_store(0)
+    store.put(b"stored", b"1")
+    info = store.commit()
+    store = provider.get_store(1, info)
+    store.put(b"cached", b"2")
+    for key, value in ((b"stored", b"1"), (b"cached", b"2")):
+        assert store.get(bytearray(key)) == value
+        assert store.get(memoryview(key)) == value
+    assert store.multi_get([bytearray(b"stored"), memoryview(b"cached"), b"none"]) == [
+        b"1", b"2", None]

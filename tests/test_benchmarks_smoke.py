@@ -117,12 +117,14 @@ def test_hedging_compares_both_sides_with_proxy_request_counts(runs: Runs) -> No
 
 def test_write_path_times_every_contender_every_round(runs: Runs) -> None:
     result, _ = runs.result("write_path")
-    assert set(result["samples"]) == {"raw", "rocksdb", "memory"}
+    assert set(result["samples"]) == {"raw", "rocksdb", "memory", "rocksdb bulk",
+                                      "memory bulk"}
     for rounds in result["samples"].values():
         assert len(rounds) == 2
         assert all(r["put_s"] > 0 and r["get_s"] > 0 for r in rounds)
     assert {goal["benchmark"] for goal in result["goals"]} == {
-        "3. write path (rocksdb provider)", "3. write path (memory provider)"}
+        f"3. write path ({provider} provider, {api}, get per key)"
+        for provider in ("rocksdb", "memory") for api in ("put per key", "put_many(items)")}
 
 
 def test_recovery_restores_every_checkpoint_and_replays_the_changelog(runs: Runs) -> None:
