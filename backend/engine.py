@@ -7,7 +7,7 @@ and the lineage rules are shared, so both behave the same from the outside.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager
 
 from rocksdict import Rdict
@@ -15,6 +15,8 @@ from rocksdict import Rdict
 from backend.records import CF_SEPARATOR
 
 Write = tuple[bytes, bytes | None]  # physical key, value or None for a delete
+# physical key prefix, user key -> value or None for a delete, whether it may hold deletes
+TableWrite = tuple[bytes, Mapping[bytes, bytes | None], bool]
 
 
 class Engine(ABC):
@@ -29,6 +31,19 @@ class Engine(ABC):
     @abstractmethod
     def apply(self, writes: Iterable[Write]) -> None:
         """Apply the writes atomically, in order."""
+
+    def apply_tables(self, tables: Iterable[TableWrite]) -> None:
+        """apply() for the transaction cache's tables (prefix + user key is the physical
+        key); keys are unique, so their order does not matter. Engines override it with a
+        tight loop (benchmarks/write_path)."""
+        self.apply((prefix + key, value)
+                   for prefix, table, _ in tables for key, value in table.items())
+
+    @abstractmethod
+    def apply_latest(self, writes: Mapping[bytes, bytes | None]) -> None:
+        """Apply the final write of each key (its value, or None for a delete) atomically.
+        One write per key, so their order does not matter; replay coalesces change sets
+        into such a mapping (benchmarks/recovery)."""
 
     @abstractmethod
     def scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:

@@ -8,12 +8,12 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 
 from rocksdict import Options, Rdict, SstFileWriter
 
-from backend.engine import Engine, Write
+from backend.engine import Engine, TableWrite, Write
 from backend.records import CF_SEPARATOR
 
 
@@ -45,6 +45,23 @@ class MemoryEngine(Engine):
                 self._data.pop(raw, None)
             else:
                 self._data[raw] = value
+
+    def apply_tables(self, tables: Iterable[TableWrite]) -> None:
+        data = self._data
+        for prefix, table, may_delete in tables:
+            if may_delete:
+                self.apply((prefix + key, value) for key, value in table.items())
+            else:
+                puts: Mapping[bytes, bytes] = table  # type: ignore[assignment]  # no deletes
+                data.update(zip(map(prefix.__add__, puts), puts.values(), strict=True))
+
+    def apply_latest(self, writes: Mapping[bytes, bytes | None]) -> None:
+        data = self._data
+        for raw, value in writes.items():
+            if value is None:
+                data.pop(raw, None)
+            else:
+                data[raw] = value
 
     def scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
         matching = sorted((k, v) for k, v in self._data.items() if k.startswith(prefix))
