@@ -60,8 +60,12 @@ class LocalStore(ObjectStore):
 
     async def put_if_absent(self, path: str, data: bytes) -> str:
         target = self._file(path)
-        await self._run(path, lambda: self._create(path, target, data))
-        return md5_hex(data)
+
+        def create() -> str:
+            self._create(path, target, data)
+            return md5_hex(data)  # in the worker: hashlib lets go of the GIL on large data
+
+        return await self._run(path, create)
 
     def _create(self, path: str, target: Path, data: bytes) -> None:
         parent = target.parent
