@@ -5,7 +5,7 @@ entries, plus any in-flight infos the caller knows of):
 - referenced: every changelog file of their handles, their snapshot manifests, and every
   file the kept manifests name (kept: referenced, or at or above the floor);
 - the floor is the oldest retained version, lowered to the version of a snapshot the newest
-  checkpoint reports in flight whose manifest has not landed yet;
+  checkpoint reports in flight (not adopted yet, whether or not its manifest has landed);
 - every file carries a version in its name (changelogs and manifests: the commit; snapshot
   data files under sst/ and meta/: the snapshot that first uploaded them). A file goes when it
   is not referenced and its version is below the floor. Files at or above the floor may belong
@@ -143,7 +143,7 @@ class Cleaner:
     def plan_store(self, listing: StoreDirListing, committed: list[CheckpointInfo],
                    in_flight: list[CheckpointInfo]) -> StoreCleanup:
         infos = committed + in_flight
-        plan = StoreCleanup(listing.store_id, _floor(listing, committed, infos))
+        plan = StoreCleanup(listing.store_id, _floor(committed, infos))
         for info in infos:  # a reference count per file: how many retained things name it
             plan.references.update(info.changelog.paths)
             if info.materialized is not None:
@@ -195,12 +195,13 @@ class Cleaner:
                 [info.path for info in report.commit_entries]))
 
 
-def _floor(listing: StoreDirListing, committed: list[CheckpointInfo],
-           infos: list[CheckpointInfo]) -> int:
-    """Oldest retained version, or the version of a snapshot still uploading if older."""
+def _floor(committed: list[CheckpointInfo], infos: list[CheckpointInfo]) -> int:
+    """Oldest retained version, or the version of the snapshot the newest checkpoint reports
+    in flight if older: uploading, or landed and not adopted yet (a later commit may still
+    adopt it, so its manifest, and with it every file it names, stays)."""
     floor = min(info.version for info in committed)
     pending = max(infos, key=lambda info: info.version).pending_snapshot
-    if pending is not None and listing.manifest_of(*pending) is None:
+    if pending is not None:
         floor = min(floor, pending[0])
     return floor
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from backend.checkpoint import CheckpointInfo, Lineage
@@ -21,10 +22,12 @@ from backend.faults import kill_point
 from backend.lineage import HeaderMeta, SnapshotRef
 from backend.naming import checkpoint_label, split_store_id
 from backend.position import Position
-from backend.records import OP_PUT, Record, VersionMarker, encode_payload
+from backend.records import VersionMarker, encode_changes
 from backend.release_marker import remove_marker, write_marker
 from backend.snapshots import SnapshotId, SnapshotTracker
+from backend.txcache import TransactionCache
 from changelog.errors import ChangelogError
+from changelog.handle import ChangelogHandle
 from changelog.writer import ChangelogWriter
 from materializer.handle import MaterializedHandle
 
@@ -74,17 +77,39 @@ class StoreInstance:
         self._set_header(marker, position.materialized, position.lineage)
         return marker
 
-    def write(self, marker: VersionMarker, drained: list[tuple[bytes, Record]]) -> None:
-        """Apply a flush to the engine and append it to the changelog as one payload."""
-        self.engine.apply((raw, record[3] if record[0] == OP_PUT else None)
-                          for raw, record in drained)
-        payload = encode_payload(marker, [record for _, record in drained])
-        self.writer.append(self._partition, payload)
-        self.metrics.flushes += 1
-        self.metrics.records += len(drained)
-        self.metrics.payload_bytes += len(payload)
+    def write(self, marker: VersionMarker, cache: TransactionCache) -> None:
+        """Append a flush to the changelog as one payload and apply it to the engine."""
+        self._flush(marker, cache, persist_from=None)
 
-    def commit(self, marker: VersionMarker, drained: list[tuple[bytes, Record]],
+    def _flush(self, marker: VersionMarker, cache: TransactionCache,
+               persist_from: int | None) -> Future[ChangelogHandle] | None:
+        """Encode and append the cache as one payload, for a commit start persisting it, then
+        apply it to the engine while the upload runs (RocksDB's write holds the GIL, writing
+        and fsyncing the file does not). Empties the cache, also when that fails. An engine
+        that fails leaves the instance dirty; a payload persisted for a commit that then fails
+        is a file no checkpoint names, which cleanup removes like a dead attempt's."""
+        try:
+            self.snapshots.await_checkpoint()  # a background checkpoint reads this version
+            pending = cache.pending()
+            deletes = cache.deletes
+            records = len(cache)
+            payload = encode_changes(marker, [(cf, table) for cf, _, table in pending], deletes,
+                                     cache.packer())
+            self.writer.append(self._partition, payload)
+            persisting = None
+            if persist_from is not None:
+                kill_point("changelog_persist_before")
+                persisting = self.writer.persist(persist_from)
+            self.engine.apply_tables([(prefix, table, cf in deletes)
+                                      for cf, prefix, table in pending])
+        finally:
+            cache.clear()
+        self.metrics.flushes += 1
+        self.metrics.records += records
+        self.metrics.payload_bytes += len(payload)
+        return persisting
+
+    def commit(self, marker: VersionMarker, cache: TransactionCache,
                materialize: bool = False) -> CheckpointInfo:
         """Final flush, durable changelog, snapshot bookkeeping; returns the checkpoint info."""
         started = time.monotonic()
@@ -93,10 +118,10 @@ class StoreInstance:
         if adopted is not None:
             base = base.on_snapshot(adopted)
         self._set_header(marker, base.materialized, base.lineage)
-        self.write(marker, drained)
-        kill_point("changelog_persist_before")
         try:
-            persisted = self.writer.persist(base.handle.to_sqn).result()
+            persisting = self._flush(marker, cache, persist_from=base.handle.to_sqn)
+            assert persisting is not None
+            persisted = persisting.result()
         except ChangelogError as exc:
             self.dirty = True
             raise BackendError(f"store {self.store_id!r}: commit of version {marker.version} "
@@ -145,6 +170,7 @@ class StoreInstance:
         try:
             self.writer.close()
         finally:
+            self.snapshots.await_checkpoint()
             self.engine.close()
 
     def release(self) -> bool:
@@ -153,6 +179,7 @@ class StoreInstance:
         marked = False
         if not self.dirty and self.position.unique_id is not None:
             try:
+                self.snapshots.await_checkpoint()
                 if self.engine.persist_locally():
                     write_marker(self.instance_dir, self.info(self.base_unique_id))
                     marked = True

@@ -32,10 +32,6 @@ class StoreDirListing:
         return ([info for _, info in self.changelogs] + [info for _, info in self.manifests]
                 + self.data_files + self.other)
 
-    def manifest_of(self, version: int, unique_id: str) -> ObjectInfo | None:
-        return next((info for name, info in self.manifests
-                     if (name.version, name.unique_id) == (version, unique_id)), None)
-
 
 def classify(store_id: str, infos: list[ObjectInfo]) -> StoreDirListing:
     prefix = store_dir(store_id) + "/"

@@ -44,6 +44,11 @@ class BackendOptions:
     write_buffer_size: int = 64 * MB
     block_cache_size: int = 128 * MB
     max_background_jobs: int = 2
+    compaction_style: str = "level"
+    max_bytes_for_level_base: int = 256 * MB
+    target_file_size_base: int = 64 * MB
+    level0_compaction_trigger: int = 4
+    universal_max_size_amplification_percent: int = 200
     changelog: ChangelogOptions = field(default_factory=ChangelogOptions)
     materialization: MaterializerOptions = field(default_factory=MaterializerOptions)
 
@@ -59,9 +64,13 @@ class BackendOptions:
         if self.lock_timeout < 0:
             fail("lock_timeout", "must not be negative")
         for name in ("min_batches_to_retain", "tx_cache_max_entries", "tx_cache_max_bytes",
-                     "write_buffer_size", "block_cache_size", "max_background_jobs"):
+                     "write_buffer_size", "block_cache_size", "max_background_jobs",
+                     "max_bytes_for_level_base", "target_file_size_base",
+                     "level0_compaction_trigger", "universal_max_size_amplification_percent"):
             if getattr(self, name) < 1:
                 fail(name, "must be positive")
+        if self.compaction_style not in ("level", "universal"):
+            fail("compaction_style", "must be 'level' or 'universal'")
 
     def with_changes(self, **changes: Any) -> BackendOptions:
         return replace(self, **changes)
@@ -93,6 +102,11 @@ CONF_KEYS: dict[str, str] = {
     "write_buffer_size": "rocksdb.writeBufferSize",
     "block_cache_size": "rocksdb.blockCacheSize",
     "max_background_jobs": "rocksdb.maxBackgroundJobs",
+    "compaction_style": "rocksdb.compactionStyle",
+    "max_bytes_for_level_base": "rocksdb.maxBytesForLevelBase",
+    "target_file_size_base": "rocksdb.targetFileSizeBase",
+    "level0_compaction_trigger": "rocksdb.level0CompactionTrigger",
+    "universal_max_size_amplification_percent": "rocksdb.universal.maxSizeAmplificationPercent",
 }
 
 _PARSERS: dict[str, Parser] = {
@@ -105,4 +119,9 @@ _PARSERS: dict[str, Parser] = {
     "write_buffer_size": parse_size,
     "block_cache_size": parse_size,
     "max_background_jobs": parse_int,
+    "compaction_style": parse_text,
+    "max_bytes_for_level_base": parse_size,
+    "target_file_size_base": parse_size,
+    "level0_compaction_trigger": parse_int,
+    "universal_max_size_amplification_percent": parse_int,
 }

@@ -4,15 +4,24 @@ Two kinds: one this instance started (a future; at most one runs at a time, the 
 rule), or one that another process started and the loaded CheckpointInfo reports as pending
 (the store moved here meanwhile); while that one is awaited, each commit looks once (one HEAD)
 whether its manifest has landed. A commit adopts a finished snapshot unless it is older than
-the retention window, not part of the instance's history, or a file its manifest names is
-missing: a cleanup may have run while it was uploading (this check precedes every adoption,
-the synchronous backstop's included). The backstop and explicit requests snapshot
-synchronously and are adopted at once.
+not part of the instance's history or a file its manifest names is missing: a cleanup may
+have run while it was uploading (this check precedes every adoption, the synchronous
+backstop's included). Its age does not matter: while the newest checkpoint reports a snapshot
+in flight, cleanup keeps everything from its version up and, once its manifest has landed,
+every file the manifest names, so a snapshot that outlived the retention window is still
+adopted (with a small minBatchesToRetain most background snapshots do). Only one started
+elsewhere whose manifest has not landed when it leaves the window is given up: its process
+may be gone, and asking for it at every commit would keep the cleanup floor down for good.
+The backstop and explicit requests snapshot synchronously and are adopted at once. A
+periodic snapshot's RocksDB checkpoint runs on the materializer's checkpoint thread: the
+instance calls await_checkpoint() before it next writes to, flushes or closes the engine, so
+the checkpoint holds exactly the committed version.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from concurrent.futures import Future, wait
 
 from backend.context import RootContext
@@ -37,6 +46,8 @@ class SnapshotTracker:
         self._store_id = store_id
         self._pending: tuple[SnapshotRequest, Future[MaterializedHandle]] | None = None
         self._awaited = awaited  # started elsewhere, reported pending by the loaded info
+        self._checkpointing: Future[None] | None = None  # engine must not change meanwhile
+        self.write_wait_seconds = 0.0  # spent in await_checkpoint()
         self.started = 0
         self.adopted = 0
         self.dropped = 0
@@ -71,31 +82,29 @@ class SnapshotTracker:
             if landed is None:
                 return None
             target, path, handle = landed, snapshot_path(self._store_id, *landed), None
-        oldest_safe = new_version - self._context.options.min_batches_to_retain + 1
-        if target[0] < oldest_safe or target not in position.lineage:
-            self.dropped += 1  # cleanup may have taken its files, or not our history now
+        if target not in position.lineage:
+            self.dropped += 1  # not our history now (the batch was run again elsewhere)
             return None
         return self._verified(target, path, handle)
 
     def _landed(self, new_version: int) -> SnapshotId | None:
-        """The awaited snapshot once its manifest exists (one HEAD per call), else None."""
+        """The awaited snapshot once its manifest exists (one HEAD per call), else None; given
+        up when it has not landed by the time it leaves the retention window."""
         if self._awaited is None:
             return None
         target = self._awaited
-        if target[0] < new_version - self._context.options.min_batches_to_retain + 1:
-            self._awaited = None  # too old to adopt: stop asking
-            self.dropped += 1
-            return None
         path = snapshot_path(self._store_id, *target)
         try:
-            if not _exists(self._context.storage, path):
-                return None
+            if _exists(self._context.storage, path):
+                self._awaited = None
+                return target
         except ChangelogError as exc:
             log.warning("store %r: cannot look for snapshot manifest %r, trying again at the "
                         "next commit: %s", self._store_id, path, exc)
-            return None
-        self._awaited = None
-        return target
+        if target[0] < new_version - self._context.options.min_batches_to_retain + 1:
+            self._awaited = None  # its process may be gone: stop asking
+            self.dropped += 1
+        return None
 
     def _verified(self, target: SnapshotId, path: str,
                   handle: MaterializedHandle | None) -> MaterializedHandle | None:
@@ -168,12 +177,12 @@ class SnapshotTracker:
         request = SnapshotRequest(self._store_id, position.version, position.unique_id, sqn,
                                   position.lineage)
         try:
+            if decision is not Decision.BACKSTOP:
+                self._start_in_background(engine, request)
+                return None
             with engine.rocksdb_view() as db:
                 future = materializer.snapshot(db, request)
             self.started += 1
-            if decision is not Decision.BACKSTOP:
-                self._pending, self._awaited = (request, future), None
-                return None
             handle = future.result()
         except MaterializerError as exc:
             if force:
@@ -191,6 +200,34 @@ class SnapshotTracker:
                                f"{position.version} is incomplete in storage (the commit "
                                f"itself is durable); see the warning logged")
         return verified
+
+    def _start_in_background(self, engine: Engine, request: SnapshotRequest) -> None:
+        """A periodic snapshot: even its checkpoint (memtable flush, hard links) runs off the
+        commit, while the next transaction's writes wait in its cache; whatever writes to or
+        closes the engine first calls await_checkpoint()."""
+        view = engine.rocksdb_view()
+        db = view.__enter__()
+        try:
+            taken, future = self._context.materializer.snapshot_in_background(db, request)
+        except BaseException:
+            view.__exit__(None, None, None)
+            raise
+        taken.add_done_callback(lambda _: view.__exit__(None, None, None))
+        self._checkpointing = taken
+        self.started += 1
+        self._pending, self._awaited = (request, future), None
+
+    def await_checkpoint(self) -> None:
+        """Block until a checkpoint started in the background no longer reads the engine;
+        call before any write to the engine, its flush or its close."""
+        taken = self._checkpointing
+        if taken is None:
+            return
+        if not taken.done():
+            began = time.monotonic()
+            wait([taken])
+            self.write_wait_seconds += time.monotonic() - began
+        self._checkpointing = None
 
 
 def _exists(storage: ChangelogStorage, path: str) -> bool:

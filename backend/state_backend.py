@@ -31,9 +31,7 @@ class StateBackend:
     def __init__(self, options: BackendOptions | None = None) -> None:
         self.options = options or BackendOptions()
         self._provider_class = load_provider_class(self.options.provider_class)
-        self._rocksdb = RocksDBSettings(self.options.write_buffer_size,
-                                        self.options.block_cache_size,
-                                        self.options.max_background_jobs)
+        self._rocksdb = RocksDBSettings.from_options(self.options)
         self._roots: dict[str, RootContext] = {}
         self._providers: dict[tuple[str, str], StateStoreProvider] = {}
         self._lock = threading.Lock()

@@ -79,9 +79,7 @@ class Workload:
 
 def rocksdb_settings() -> RocksDBSettings:
     """The backend's own RocksDB settings, so every mode's LSM tree behaves alike."""
-    defaults = BackendOptions()
-    return RocksDBSettings(defaults.write_buffer_size, defaults.block_cache_size,
-                           defaults.max_background_jobs)
+    return RocksDBSettings.from_options(BackendOptions())
 
 
 def open_raw_db(path: Path, settings: RocksDBSettings) -> Rdict:

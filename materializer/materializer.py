@@ -25,7 +25,7 @@ from materializer.errors import (
 from materializer.handle import MaterializedHandle, SnapshotRequest
 from materializer.job import SnapshotJob
 from materializer.listing import amissing_files, aread_manifest
-from materializer.local import owned_checkpoint_root, take_checkpoint
+from materializer.local import LocalCheckpoint, owned_checkpoint_root, take_checkpoint
 from materializer.manifest import SnapshotManifest
 from materializer.metrics import Metrics
 from materializer.names import check_remote_dir, local_dir_name
@@ -69,6 +69,9 @@ class Materializer:
                                           self._checksums, self._metrics)
         self._pool = ThreadPoolExecutor(options.worker_threads,
                                         thread_name_prefix="dstl-materializer")
+        # checkpoints started by snapshot_in_background(): short, so never queued behind uploads
+        self._checkpointer = ThreadPoolExecutor(options.worker_threads,
+                                                thread_name_prefix="dstl-checkpoint")
         self._stores: dict[str, StoreSchedule] = {}
         self._lock = threading.Lock()
         self._closed = False
@@ -135,9 +138,7 @@ class Materializer:
         with self._lock:
             self._check_open()
             schedule = self._schedule(request.store_id)
-        directory = os.path.join(
-            self._checkpoint_root,
-            f"{local_dir_name(request.store_id)}-{request.version}-{uuid.uuid4().hex[:12]}")
+        directory = self._checkpoint_dir(request)
         started = time.monotonic()
         try:
             checkpoint = take_checkpoint(db, directory)
@@ -146,13 +147,75 @@ class Materializer:
                 schedule.failed(None, exc)
             self._metrics.add("snapshots_failed")
             raise
+        self._checkpoint_taken(started)
+        future: Future[MaterializedHandle] = Future()
+        with self._lock:
+            schedule.started(future, time.monotonic())
+        self._upload(schedule, checkpoint, request, future)
+        return future
+
+    def snapshot_in_background(self, db: Rdict, request: SnapshotRequest
+                               ) -> tuple[Future[None], Future[MaterializedHandle]]:
+        """snapshot(), with the checkpoint itself (memtable flush, hard links) off the
+        caller's thread: returns (taken, result). `taken` is done once the checkpoint no longer
+        reads `db` (taken, failed or cancelled); the caller must not write to `db` nor close it
+        before that, so the checkpoint holds exactly the state of this call. `result` is as
+        snapshot()'s (a failed checkpoint fails it; so does a close() that cancels it).
+        """
+        with self._lock:
+            self._check_open()
+            schedule = self._schedule(request.store_id)
+            future: Future[MaterializedHandle] = Future()
+            schedule.started(future, time.monotonic())  # in flight: no second one meanwhile
+        directory = self._checkpoint_dir(request)
+
+        def checkpoint_then_upload() -> None:
+            started = time.monotonic()
+            try:
+                checkpoint = take_checkpoint(db, directory)
+            except Exception as exc:  # the future carries every failure
+                error = exc if isinstance(exc, MaterializerError) else MaterializerError(
+                    f"RocksDB checkpoint into {directory!r} failed: {exc!r}")
+                with self._lock:
+                    schedule.failed(future, error)
+                self._metrics.add("snapshots_failed")
+                future.set_exception(error)
+                return
+            self._checkpoint_taken(started)
+            try:
+                self._upload(schedule, checkpoint, request, future)
+            except MaterializerClosedError as exc:
+                future.set_exception(exc)
+
+        def settle_cancelled(taken: Future[None]) -> None:
+            if taken.cancelled():  # close() dropped it before it ran
+                with self._lock:
+                    schedule.abandoned(future)
+                future.set_exception(MaterializerClosedError("the materializer is closed"))
+
+        try:
+            taken = self._checkpointer.submit(checkpoint_then_upload)
+        except RuntimeError as exc:  # shut down by a concurrent close()
+            with self._lock:
+                schedule.abandoned(future)
+            raise MaterializerClosedError("the materializer is closed") from exc
+        taken.add_done_callback(settle_cancelled)
+        return taken, future
+
+    def _checkpoint_dir(self, request: SnapshotRequest) -> str:
+        return os.path.join(
+            self._checkpoint_root,
+            f"{local_dir_name(request.store_id)}-{request.version}-{uuid.uuid4().hex[:12]}")
+
+    def _checkpoint_taken(self, started: float) -> None:
         elapsed = time.monotonic() - started
         self._metrics.add("checkpoint_seconds_total", elapsed)
         self._metrics.set("last_checkpoint_seconds", elapsed)
         self._metrics.add("snapshots_started")
-        future: Future[MaterializedHandle] = Future()
-        with self._lock:
-            schedule.started(future, time.monotonic())
+
+    def _upload(self, schedule: StoreSchedule, checkpoint: LocalCheckpoint,
+                request: SnapshotRequest, future: Future[MaterializedHandle]) -> None:
+        """Hand a taken checkpoint to the worker pool (`future` is already in flight)."""
         try:
             self._pool.submit(SnapshotJob(self._uploader, schedule, self._lock, self._metrics,
                                           checkpoint, request, future))
@@ -161,7 +224,6 @@ class Materializer:
             with self._lock:
                 schedule.abandoned(future)
             raise MaterializerClosedError("the materializer is closed") from exc
-        return future
 
     def poll(self, store_id: str) -> MaterializedHandle | None:
         """The newest snapshot completed since the last poll, or None."""
@@ -226,6 +288,7 @@ class Materializer:
             self._closed = True
             in_flight = [f for s in self._stores.values() for f in s.in_flight]
         _, not_done = wait(in_flight, timeout=timeout)
+        self._checkpointer.shutdown(wait=not not_done, cancel_futures=True)
         self._pool.shutdown(wait=not not_done, cancel_futures=True)
         if not not_done:
             shutil.rmtree(self._checkpoint_root, ignore_errors=True)

@@ -220,10 +220,12 @@ def test_a_pending_snapshot_older_than_the_retention_window_is_given_up(
         info3 = b.commit(info, model, {b"k3": b"3"})  # version 2 may still be adopted
         assert info3.pending_snapshot == (2, info2.unique_id)
         heads = s3.proxy.count("HEAD")
-        info4 = b.commit(info3, model, {b"k4": b"4"})  # now it is older than the window
-        assert s3.proxy.count("HEAD") == heads
+        info4 = b.commit(info3, model, {b"k4": b"4"})  # one last look, then it is given up
+        assert s3.proxy.count("HEAD") == heads + 1
         assert info4.pending_snapshot is None and info4.materialized is None
         assert b.metrics(info4)["snapshots_dropped"] == 1
+        b.commit(info4, model, {b"k5": b"5"})
+        assert s3.proxy.count("HEAD") == heads + 1  # no more asking
     finally:
         made.close()
 
@@ -269,26 +271,27 @@ def test_a_snapshot_whose_uploaded_files_a_cleanup_took_is_not_adopted(
 
 def test_a_snapshot_whose_reused_files_a_cleanup_took_is_not_adopted(
         s3: S3Env, tmp_path: Path) -> None:
-    """(b): a snapshot reuses the files of an older one that nothing retained names (it was
-    never adopted); their version is below the floor, which a pending snapshot only lowers
-    to its own version, so the cleanup takes them while the newer snapshot uploads."""
+    """(b): a snapshot reuses the files of an older one that nothing retained names (its
+    manifest was refused, so it failed after its data files were up); their version is below
+    the floor, which a pending snapshot only lowers to its own version, so the cleanup takes
+    them while the newer snapshot uploads."""
     made = s3_env(s3, tmp_path, materialization=EVERY_SECOND)
     try:
         model: Model = {}
         a = Host(made, min_batches_to_retain=3)
         infos = [a.commit(None, model, {b"k1": b"1" * 100})]
-        started = hold_next_manifest(s3)
+        s3.proxy.add_rule(FaultRule("status", method="PUT", path_contains=".snapshot",
+                                    status=403, times=1))
         infos.append(a.commit(infos[-1], model, {b"k2": b"2" * 100}))  # snapshot 2 starts
         first = (2, infos[-1].unique_id)
-        wait_for_manifest_upload(s3, started)
-        for version in (3, 4):  # while snapshot 2 uploads
-            infos.append(a.commit(infos[-1], model, {b"k%d" % version: b"v"}))
-        a.wait_for_snapshot()
+        a.wait_for_snapshot()  # and fails: its manifest is refused
         started = hold_next_manifest(s3)
-        infos.append(a.commit(infos[-1], model, {b"k5": b"5"}))  # 2 is too old; 5 starts
-        second = (5, infos[-1].unique_id)
+        infos.append(a.commit(infos[-1], model, {b"k3": b"3"}))  # 2 dropped; 3 starts
+        second = (3, infos[-1].unique_id)
         assert infos[-1].materialized is None and infos[-1].pending_snapshot == second
         wait_for_manifest_upload(s3, started)
+        for version in (4, 5):  # while snapshot 3 uploads
+            infos.append(a.commit(infos[-1], model, {b"k%d" % version: b"v"}))
         for batch, info in enumerate(infos):
             made.commit_log().write(batch, entry_of(batch, info))
         report = cleanup_checkpoint(made.storage, retain=3, dry_run=False)
@@ -304,5 +307,37 @@ def test_a_snapshot_whose_reused_files_a_cleanup_took_is_not_adopted(
         assert info6.materialized is None
         assert a.metrics(info6)["snapshots_dropped_missing_files"] == 1
         restorable(made, info6, model)
+    finally:
+        made.close()
+
+
+def test_a_snapshot_that_outlived_the_retention_window_is_still_adopted(
+        s3: S3Env, tmp_path: Path) -> None:
+    """With minBatchesToRetain=2 a background snapshot routinely finishes several commits
+    after it started; the cleanups meanwhile keep what it needs, and a later commit adopts it
+    (dropping it would leave the changelog to grow until the backstop)."""
+    made = s3_env(s3, tmp_path, materialization=EVERY_SECOND)
+    try:
+        model: Model = {}
+        a = Host(made, min_batches_to_retain=2)
+        infos = [a.commit(None, model, {b"k1": b"1" * 100})]
+        started = hold_next_manifest(s3)
+        infos.append(a.commit(infos[-1], model, {b"k2": b"2" * 100}))  # snapshot 2 starts
+        snapshot = (2, infos[-1].unique_id)
+        wait_for_manifest_upload(s3, started)
+        for version in range(3, 7):  # well past the window of two while snapshot 2 uploads
+            infos.append(a.commit(infos[-1], model, {b"k%d" % version: b"v"}))
+            made.commit_log().write(version - 1, entry_of(version - 1, infos[-1]))
+            report = cleanup_checkpoint(made.storage, retain=2, dry_run=False)
+            assert report.stores[0].floor == 2  # lowered to the snapshot in flight
+            assert infos[-1].pending_snapshot == snapshot
+        a.wait_for_snapshot()
+        infos.append(a.commit(infos[-1], model, {b"k7": b"7"}))
+        made.commit_log().write(6, entry_of(6, infos[-1]))
+        cleanup_checkpoint(made.storage, retain=2, dry_run=False)  # after landing, too
+        adopted = infos[-1].materialized
+        assert adopted is not None and (adopted.version, adopted.unique_id) == snapshot
+        assert a.metrics(infos[-1])["snapshots_dropped"] == 0
+        restorable(made, infos[-1], model)
     finally:
         made.close()

@@ -19,6 +19,7 @@ from backend.records import (
     VersionMarker,
     cf_prefix,
     decode_payload,
+    encode_changes,
     encode_key,
     encode_payload,
 )
@@ -208,3 +209,93 @@ def test_no_database_is_opened_before_the_first_load(env: BackendEnv) -> None:  
     env.provider(backend).get_store(0)
     assert any(name == "CURRENT" for _, _, files in os.walk(backend.options.local_dir)
                for name in files)
+
+
+@pytest.mark.parametrize("conf,expected", [
+    ({}, {"compaction_style": "kCompactionStyleLevel", "max_bytes_for_level_base": "268435456",
+          "target_file_size_base": "67108864", "level0_file_num_compaction_trigger": "4",
+          "level_compaction_dynamic_level_bytes": "true"}),
+    ({"spark.dstl.rocksdb.compactionStyle": "level",
+      "spark.dstl.rocksdb.maxBytesForLevelBase": "16MB",
+      "spark.dstl.rocksdb.targetFileSizeBase": "4MB",
+      "spark.dstl.rocksdb.level0CompactionTrigger": "2"},
+     {"compaction_style": "kCompactionStyleLevel", "max_bytes_for_level_base": "16777216",
+      "target_file_size_base": "4194304", "level0_file_num_compaction_trigger": "2"}),
+    ({"spark.dstl.rocksdb.compactionStyle": "universal",
+      "spark.dstl.rocksdb.universal.maxSizeAmplificationPercent": "40"},
+     {"compaction_style": "kCompactionStyleUniversal", "max_size_amplification_percent": "40"}),
+], ids=["defaults", "level", "universal"])
+def test_rocksdb_settings_reach_the_store_s_rocksdb(tmp_path: object, conf: dict[str, str],
+                                                     expected: dict[str, str]) -> None:
+    """The OPTIONS file RocksDB writes for an open store shows every configured value."""
+    from pathlib import Path
+
+    from backend.state_backend import StateBackend
+
+    root = Path(str(tmp_path))
+    options = BackendOptions.from_conf(
+        {**conf, "spark.dstl.stateStore.localDir": str(root / "local")})
+    url = (root / "remote").as_uri()
+    (root / "remote").mkdir()
+    with StateBackend(options) as backend:
+        store = backend.provider(url, "op", 0).get_store(0)
+        store.put(b"k", b"v")
+        store.commit()
+        found = sorted((root / "local").rglob("OPTIONS-*"), key=lambda p: p.stat().st_mtime)
+        assert found, "no RocksDB OPTIONS file under the local directory"
+        written: dict[str, str] = {}
+        for line in found[-1].read_text().splitlines():
+            name, sep, value = line.strip().partition("=")
+            if sep:
+                written.setdefault(name, value)
+            if value.startswith("{"):  # nested, e.g. compaction_options_universal={a=1;...}
+                for item in value.strip("{}").split(";"):
+                    inner, sep, inner_value = item.partition("=")
+                    if sep:
+                        written.setdefault(inner, inner_value)
+    assert {name: written.get(name) for name in expected} == expected
+
+
+def test_an_unknown_compaction_style_is_named() -> None:
+    with pytest.raises(ConfigError, match=r"spark\.dstl\.rocksdb\.compactionStyle"):
+        BackendOptions.from_conf({"spark.dstl.rocksdb.compactionStyle": "fifo"})
+
+
+def test_encode_changes_writes_the_payload_encode_payload_writes() -> None:
+    marker = VersionMarker(4, "u" * 32, "b" * 32)
+    sizes = [0, 1, 31, 32, 255, 256, 65535, 65536]
+    table: dict[bytes, bytes | None] = {b"k%d" % n: os.urandom(n) for n in sizes}
+    assert encode_changes(marker, [("default", table)], ()) == encode_payload(
+        marker, [(OP_PUT, "default", key, value) for key, value in table.items()])
+    mixed: dict[bytes, bytes | None] = {b"a": b"1", b"gone": None, b"b" * 300: b"2"}
+    other: dict[bytes, bytes | None] = {b"x": None}
+    for may_delete in (None, {"cf \u00e9" + "c" * 40, "other"}):
+        payload = encode_changes(marker, [("cf \u00e9" + "c" * 40, mixed), ("other", other)],
+                                 may_delete)
+        decoded_marker, records = decode_payload(payload, "here")
+        assert decoded_marker == marker
+        assert sorted(records) == sorted([
+            (OP_PUT, "cf \u00e9" + "c" * 40, b"a", b"1"),
+            (OP_PUT, "cf \u00e9" + "c" * 40, b"b" * 300, b"2"),
+            (OP_DELETE, "cf \u00e9" + "c" * 40, b"gone", None),
+            (OP_DELETE, "other", b"x", None)])
+    assert decode_payload(encode_changes(marker, []), "here") == (marker, [])
+
+
+def test_the_transaction_cache_counts_entries_and_bytes_as_writes_replace_each_other() -> None:
+    cache = TransactionCache(max_entries=4, max_bytes=1 << 20)
+    cost = len(cf_prefix("cf")) + 16  # physical key and overhead, without the user key
+    cache.put("cf", b"k", b"12345")
+    cache.put("cf", b"k", b"12")
+    cache.remove("cf", b"d")
+    cache.remove("cf", b"k")
+    cache.put("cf", b"d", b"123")
+    assert len(cache) == 2 and cache.size_bytes == 2 * (cost + 1) + 3
+    assert not cache.is_full()
+    cache.put("other", b"x", b"")
+    cache.put("cf", b"y", b"")
+    assert len(cache) == 4 and cache.is_full()
+    with pytest.raises(StoreIdError, match="column family name"):
+        cache.put("bad\x00cf", b"k", b"v")
+    cache.clear()
+    assert (len(cache), cache.size_bytes, cache.pending()) == (0, 0, [])

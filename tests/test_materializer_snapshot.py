@@ -145,6 +145,39 @@ def test_snapshot_then_restore_equals_source(remote: RemoteFiles, make_materiali
     assert restore_contents(materializer, handle, tmp_path / "restored") == model
 
 
+def test_background_checkpoint_holds_the_state_of_the_call(file_remote: ChangelogStorage,
+                                                          make_materializer: Any,
+                                                          tmp_path: Path) -> None:
+    """snapshot_in_background: writes made once `taken` is done are not in the snapshot."""
+    materializer = make_materializer(file_remote)
+    db = new_db(tmp_path / "db")
+    model: Model = {}
+    write(db, model, "default", rows(1, 3000))
+    expected = {name: dict(items) for name, items in model.items()}
+    taken, future = materializer.snapshot_in_background(db, request(1, "first"))
+    taken.result(timeout=30)
+    write(db, model, "default", rows(2, 3000))  # the next batch, as soon as it may
+    delete(db, model, "default", [b"k%07d" % i for i in range(0, 3000, 3)])
+    handle = future.result(timeout=30)
+    assert model != expected
+    assert restore_contents(materializer, handle, tmp_path / "restored") == expected
+    db.close()
+
+
+def test_background_checkpoint_failure_fails_the_snapshot(file_remote: ChangelogStorage,
+                                                          make_materializer: Any,
+                                                          tmp_path: Path) -> None:
+    materializer = make_materializer(file_remote)
+    db = new_db(tmp_path / "db")
+    write(db, {}, "default", rows(1, 10))
+    db.close()  # a closed DB cannot be checkpointed
+    taken, future = materializer.snapshot_in_background(db, request(1, "first"))
+    taken.result(timeout=30)
+    with pytest.raises(MaterializerError):
+        future.result(timeout=30)
+    assert materializer.metrics_snapshot()["in_flight"] == 0
+
+
 def test_manifest_records_request_lineage_metadata_and_key_counts(
         file_remote: ChangelogStorage, make_materializer: Any, tmp_path: Path) -> None:
     materializer = make_materializer(file_remote)
