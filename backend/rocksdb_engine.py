@@ -135,18 +135,22 @@ class RocksDBEngine(Engine):
         self._db.write(batch)
 
     def apply_tables(self, tables: Iterable[TableWrite]) -> None:
+        """One WriteBatch, each table in key order: sorting costs less than the random memtable
+        inserts it saves when a transaction wrote keys in no particular order (apply_latest)."""
         batch = WriteBatch(raw_mode=True)
         put = batch.put
         for prefix, table, may_delete in tables:
+            keys = sorted(table)
             if may_delete:
-                for key, value in table.items():
+                for key in keys:
+                    value = table[key]
                     if value is None:
                         batch.delete(prefix + key)
                     else:
                         put(prefix + key, value)
             else:  # a plain loop: faster here than deque(map(put, ...)) (write_path)
-                for key, value in table.items():
-                    put(prefix + key, value)
+                for key in keys:
+                    put(prefix + key, table[key])
         self._db.write(batch)
 
     def apply_latest(self, writes: Mapping[bytes, bytes | None]) -> None:

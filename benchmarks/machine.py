@@ -72,8 +72,8 @@ def _git_commit() -> str | None:
                               capture_output=True, text=True, timeout=10, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
-                            "--untracked-files=no"],
+    dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain",  # docs aside
+                            "--untracked-files=no", "--", ".", ":(exclude)docs"],
                            capture_output=True, text=True, timeout=10, check=False)
     commit = done.stdout.strip() or None
     if commit and dirty.stdout.strip():

@@ -47,7 +47,8 @@ def render_benchmark(name: str, data: dict[str, Any] | None, img_dir: Path) -> s
              f"Run: finished {str(data.get('finished_utc', '?')).replace('+00:00', '')} UTC, "
              f"{data.get('elapsed_seconds', '?')} s, "
              f"load average {machine['load_average'][0]} at the start and "
-             f"{(data.get('load_average_at_end') or ['?'])[0]} at the end (2 cores)."
+             f"{(data.get('load_average_at_end') or ['?'])[0]} at the end (2 cores), "
+             f"code at commit {machine.get('git_commit') or '?'}."
              + (" **Quick configuration, not a result.**" if data.get("quick") else "")]
     for table in data["tables"]:
         parts.append(f"**{table['title']}**\n\n" + md_table(table["headers"], table["rows"]))
@@ -85,7 +86,7 @@ def render_machine(found: dict[str, dict[str, Any]]) -> str:
         f"- OS: {machine['os']}",
         f"- Python {machine['python']}; Java: {machine['java']}",
         f"- Packages: {packages}",
-        f"- Code: commit {machine['git_commit']}",
+        "- Code: the commit each run measured is named with the run",
     ])
 
 

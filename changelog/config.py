@@ -51,6 +51,7 @@ class ChangelogOptions:
     hedge_max_delay: float = 2.0
     hedge_budget: float = 0.10
     hedge_min_samples: int = 20
+    hedge_max_hedges: int = 2
     # reading
     read_parallelism: int = 8
     cache_dir: str | None = None
@@ -94,6 +95,8 @@ class ChangelogOptions:
             fail("hedge_max_delay", "must not be below hedge_min_delay")
         if self.hedge_min_samples < 1:
             fail("hedge_min_samples", "must be at least 1")
+        if self.hedge_max_hedges < 1:
+            fail("hedge_max_hedges", "must be at least 1 (hedging.enabled=false turns it off)")
         if self.s3_addressing_style not in ADDRESSING_STYLES:
             fail("s3_addressing_style", f"must be one of {', '.join(ADDRESSING_STYLES)}")
         if self.s3_max_pool_connections is not None and self.s3_max_pool_connections <= 0:
@@ -103,10 +106,11 @@ class ChangelogOptions:
 
     @property
     def pool_connections(self) -> int:
-        """Connections needed for every in-flight upload plus its hedge, plus parallel reads."""
+        """Connections needed for every in-flight upload plus its hedges, plus parallel reads."""
         if self.s3_max_pool_connections is not None:
             return self.s3_max_pool_connections
-        return 2 * self.max_concurrent_uploads + self.read_parallelism + 4
+        return ((1 + self.hedge_max_hedges) * self.max_concurrent_uploads
+                + self.read_parallelism + 4)
 
     def with_changes(self, **changes: Any) -> ChangelogOptions:
         return replace(self, **changes)
@@ -145,6 +149,7 @@ CONF_KEYS: dict[str, str] = {
     "hedge_max_delay": "hedging.maxDelay",
     "hedge_budget": "hedging.budget",
     "hedge_min_samples": "hedging.minSamples",
+    "hedge_max_hedges": "hedging.maxHedges",
     "read_parallelism": "read.parallelism",
     "cache_dir": "read.cacheDir",
     "cache_max_bytes": "read.cacheMaxSize",

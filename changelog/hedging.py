@@ -77,41 +77,68 @@ class HedgeBudget:
 
 
 class Hedger:
-    """Races a request against one delayed twin; the first success wins, the loser is cancelled."""
+    """Races a request against delayed twins; the first success wins, the others are cancelled.
+
+    A twin starts each time the newest request has run for one hedge delay without any
+    success, up to `max_hedges` twins, each paid from the budget. One twin cuts most of a heavy
+    tail; the rare case where the twin lands in the tail too needs the second.
+    """
 
     def __init__(self, tracker: LatencyTracker, budget: HedgeBudget,
-                 metrics: ChangelogMetrics) -> None:
+                 metrics: ChangelogMetrics, max_hedges: int = 1) -> None:
         self.tracker = tracker
         self.budget = budget
+        self.max_hedges = max_hedges
         self._metrics = metrics
 
     async def race(self, request: Callable[[], Awaitable[T]], *, path: str) -> T:
-        """Run `request()`; if it is still running after the hedge delay, run it once more.
+        """Run `request()`, and again after each hedge delay while nothing has succeeded.
 
-        The tracker learns the latency of each request that completed, measured from its own
-        start. The pair's combined time would feed the hedge delay back into itself, and a
-        cancelled loser's time so far keeps an early high delay stuck; leaving losers out biases
-        the quantile low instead, and the hedge budget bounds what that costs.
+        The tracker learns the latency of the request that won, measured from its own start.
+        The race's combined time would feed the hedge delay back into itself, and a cancelled
+        loser's time so far keeps an early high delay stuck; leaving losers out biases the
+        quantile low instead, and the hedge budget bounds what that costs. A failure before
+        any twin started is raised at once (the retry policy decides); once twins run, the
+        race waits for a success and raises the most telling error only when all failed.
         """
         started: dict[asyncio.Future[T], float] = {}
-        primary: asyncio.Future[T] = asyncio.ensure_future(request())
-        started[primary] = time.monotonic()
+        tasks: list[asyncio.Future[T]] = []
+
+        def launch() -> None:
+            task: asyncio.Future[T] = asyncio.ensure_future(request())
+            started[task] = time.monotonic()
+            tasks.append(task)
+
+        launch()
         try:
             delay = self.tracker.hedge_delay()
-            await asyncio.wait([primary], timeout=delay)
-            if primary.done() or not self.budget.try_spend():
-                result = await primary
-                self.tracker.record(time.monotonic() - started[primary])
-                return result
-            self._metrics.inc("hedges_started")
-            log.debug("hedging upload of %r after %.3fs", path, delay)
-            hedge: asyncio.Future[T] = asyncio.ensure_future(request())
-            started[hedge] = time.monotonic()
-            winner = await _first_success([primary, hedge])
-            self.tracker.record(time.monotonic() - started[winner])
-            if winner is hedge:
-                self._metrics.inc("hedges_won")
-            return winner.result()
+            may_hedge = self.max_hedges > 0
+            while True:
+                winner = next((t for t in tasks if t.done() and t.exception() is None), None)
+                if winner is not None:
+                    self.tracker.record(time.monotonic() - started[winner])
+                    if winner is not tasks[0]:
+                        self._metrics.inc("hedges_won")
+                    return winner.result()
+                pending = [t for t in tasks if not t.done()]
+                if not pending:
+                    raise _telling_error(tasks)
+                timeout = None
+                if may_hedge:
+                    timeout = max(0.0, started[tasks[-1]] + delay - time.monotonic())
+                done, _ = await asyncio.wait(pending, timeout=timeout,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if done:
+                    if len(tasks) == 1 and tasks[0].exception() is not None:
+                        raise _telling_error(tasks)  # failed before any twin: retry policy
+                    continue
+                if not self.budget.try_spend():
+                    may_hedge = False
+                    continue
+                self._metrics.inc("hedges_started")
+                log.debug("hedging upload of %r (twin %d) after %.3fs", path, len(tasks), delay)
+                launch()
+                may_hedge = len(tasks) <= self.max_hedges
         finally:
             for task in started:
                 if not task.done():
@@ -119,20 +146,14 @@ class Hedger:
                     task.add_done_callback(_consume)
 
 
-async def _first_success(tasks: list[asyncio.Future[T]]) -> asyncio.Future[T]:
-    """The first task that succeeds; when all fail, raise the most telling error."""
-    pending = set(tasks)
-    while pending:
-        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-        for task in done:
-            if task.exception() is None:
-                return task
+def _telling_error(tasks: list[asyncio.Future[T]]) -> BaseException:
+    """When every request failed: a non-transient error (a real conflict, a 403) says more
+    than a timeout of a twin."""
     errors = [task.exception() for task in tasks]
-    # A non-transient error (a real conflict, a 403) says more than a timeout of the twin.
     lasting = [e for e in errors if e is not None and not isinstance(e, TransientStorageError)]
     error = lasting[0] if lasting else errors[0]
     assert error is not None
-    raise error
+    return error
 
 
 def _consume(task: asyncio.Future[Any]) -> None:

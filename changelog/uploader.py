@@ -42,7 +42,7 @@ class Uploader:
         self.tracker = tracker or LatencyTracker(options)
         self.budget = budget or HedgeBudget(options.hedge_budget)
         self._metrics = metrics
-        self._hedger = Hedger(self.tracker, self.budget, metrics)
+        self._hedger = Hedger(self.tracker, self.budget, metrics, options.hedge_max_hedges)
 
     async def upload(self, path: str, data: bytes, *, hedge: bool = True) -> str:
         """Create `path` with `data`; return its MD5 hex ETag; raise UploadFailedError."""

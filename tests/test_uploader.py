@@ -147,6 +147,7 @@ def hedging_options(s3: S3Env, **changes: float) -> ChangelogOptions:
         "persist_delay": 0.001, "hedge_min_samples": 5, "hedge_quantile": 0.9,
         "hedge_min_delay": 0.05, "hedge_max_delay": 0.5,
         "hedge_budget": 0.5,  # the warm-up is short: 5 uploads must pay for one hedge
+        "hedge_max_hedges": 1,  # one twin, so a twin slowed by a busy machine is not raced
         **changes,
     }
     return s3.options.with_changes(**settings)
@@ -185,6 +186,37 @@ def test_slow_upload_is_hedged_and_the_hedge_wins(s3: S3Env) -> None:
         assert [cs.entries for cs in storage.reader().read(handle)] == [((0, b"payload"),)]
     assert (after[0] - before[0], after[1] - before[1]) == (1, 1)
     assert s3.direct_keys().count(path) == 1
+
+
+def test_a_second_twin_starts_when_the_first_is_slow_too(s3: S3Env) -> None:
+    with ChangelogStorage(s3.url, hedging_options(s3, hedge_max_hedges=2)) as storage:
+        warm_up(storage)
+        before = hedge_counts(storage)
+        s3.proxy.add_rule(FaultRule("delay", method="PUT", delay=3.0, times=2))
+        writer = storage.create_writer("log")
+        writer.append(0, b"payload")
+        started = time.monotonic()
+        handle = writer.persist(0).result(10)
+        elapsed = time.monotonic() - started
+        # Original and first twin are held 3 s; the second twin starts within 2 x 0.5 s.
+        assert elapsed < 2.5
+        assert [cs.entries for cs in storage.reader().read(handle)] == [((0, b"payload"),)]
+        assert s3.proxy.wait_idle(timeout=10)
+        after = hedge_counts(storage)
+    assert (after[0] - before[0], after[1] - before[1]) == (2, 1)
+    assert s3.direct_keys().count(handle.paths[0]) == 1
+
+
+def test_hedges_stop_at_the_configured_number(s3: S3Env) -> None:
+    with ChangelogStorage(s3.url, hedging_options(s3, hedge_max_hedges=2)) as storage:
+        warm_up(storage)
+        before = hedge_counts(storage)
+        s3.proxy.add_rule(FaultRule("delay", method="PUT", delay=2.0, times=3))
+        writer = storage.create_writer("log")
+        writer.append(0, b"payload")
+        writer.persist(0).result(10)
+        after = hedge_counts(storage)
+    assert after[0] - before[0] == 2  # three requests in all, each held: no third twin
 
 
 def test_hedge_that_finds_the_original_applied_succeeds(s3: S3Env) -> None:
