@@ -39,11 +39,11 @@ class Engine(ABC):
         self.apply((prefix + key, value)
                    for prefix, table, _ in tables for key, value in table.items())
 
-    @abstractmethod
     def apply_latest(self, writes: Mapping[bytes, bytes | None]) -> None:
         """Apply the final write of each key (its value, or None for a delete) atomically.
         One write per key, so their order does not matter; replay coalesces change sets
-        into such a mapping (benchmarks/recovery)."""
+        into such a mapping (benchmarks/recovery): one table of physical keys."""
+        self.apply_tables([(b"", writes, None in writes.values())])
 
     @abstractmethod
     def scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:

@@ -55,14 +55,6 @@ class MemoryEngine(Engine):
                 puts: Mapping[bytes, bytes] = table  # type: ignore[assignment]  # no deletes
                 data.update(zip(map(prefix.__add__, puts), puts.values(), strict=True))
 
-    def apply_latest(self, writes: Mapping[bytes, bytes | None]) -> None:
-        data = self._data
-        for raw, value in writes.items():
-            if value is None:
-                data.pop(raw, None)
-            else:
-                data[raw] = value
-
     def scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
         matching = sorted((k, v) for k, v in self._data.items() if k.startswith(prefix))
         yield from matching
