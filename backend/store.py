@@ -53,8 +53,7 @@ class ChangelogStateStore(StateStore):
 
     # --- reads ------------------------------------------------------------------------------
 
-    # get, put and put_many inline TransactionCache.lookup/put (keep the accounting alike):
-    # the write path is a handful of dict operations per call (benchmarks/write_path)
+    # get inlines TransactionCache.lookup: it needs the column's prefix too for the engine read
 
     def get(self, key: bytes, cf: str = DEFAULT_CF) -> bytes | None:
         if self._state is not OPEN:
@@ -108,52 +107,23 @@ class ChangelogStateStore(StateStore):
         if self._state is not OPEN:
             self._check_open()
         cache = self._cache
-        try:
-            table, _, overhead = cache.columns[cf]
-        except (KeyError, TypeError):  # a new or an invalid column family
-            table, _, overhead = cache.column(cf)
         if type(key) is not bytes or type(value) is not bytes:
+            cache.column(cf)  # an invalid column family is reported before a bad type
             key, value = self._as_bytes(key, value)
-        old = table.get(key, ABSENT)
-        table[key] = value
-        if old is ABSENT:
-            cache.entries += 1
-            cache.bytes += overhead + len(key) + len(value)
-        elif old is None:
-            cache.bytes += len(value)
-        else:
-            cache.bytes += len(value) - len(old)
-        if cache.entries >= cache.max_entries or cache.bytes >= cache.max_bytes:
+        if cache.put(cf, key, value):
             self._flush()
 
     def put_many(self, items: Iterable[tuple[bytes, bytes]], cf: str = DEFAULT_CF) -> None:
-        """put() for every item, in order: one check of the store and the column family,
-        then a loop that keeps the cache's counters in locals."""
+        """put() for every item, in order, with one check of the store and the cf."""
         self._check_open()
         cache = self._cache
-        table, _, overhead = cache.column(cf)
-        get = table.get
-        entries, size = cache.entries, cache.bytes
-        max_entries, max_bytes = cache.max_entries, cache.max_bytes
-        try:
-            for key, value in items:
-                if type(key) is not bytes or type(value) is not bytes:
-                    key, value = self._as_bytes(key, value)
-                old = get(key, ABSENT)
-                table[key] = value
-                if old is ABSENT:
-                    entries += 1
-                    size += overhead + len(key) + len(value)
-                elif old is None:
-                    size += len(value)
-                else:
-                    size += len(value) - len(old)
-                if entries >= max_entries or size >= max_bytes:
-                    cache.entries, cache.bytes = entries, size
-                    entries = size = 0  # the flush empties the cache, also when it fails
-                    self._flush()
-        finally:
-            cache.entries, cache.bytes = entries, size
+        cache.column(cf)
+        put = cache.put
+        for key, value in items:
+            if type(key) is not bytes or type(value) is not bytes:
+                key, value = self._as_bytes(key, value)
+            if put(cf, key, value):
+                self._flush()
 
     def remove(self, key: bytes, cf: str = DEFAULT_CF) -> None:
         if self._state is not OPEN:

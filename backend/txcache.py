@@ -57,15 +57,22 @@ class TransactionCache:
     def is_full(self) -> bool:
         return self.entries >= self.max_entries or self.bytes >= self.max_bytes
 
-    def put(self, cf: str, key: bytes, value: bytes) -> None:
-        table, _, overhead = self.column(cf)
+    def put(self, cf: str, key: bytes, value: bytes) -> bool:
+        """Write `key`; True when the cache is now full (the caller flushes it)."""
+        try:
+            table, _, overhead = self.columns[cf]
+        except (KeyError, TypeError):  # a new or an invalid column family
+            table, _, overhead = self.column(cf)
         old = table.get(key, ABSENT)
         table[key] = value
         if old is ABSENT:
             self.entries += 1
             self.bytes += overhead + len(key) + len(value)
+        elif old is None:
+            self.bytes += len(value)
         else:
-            self.bytes += len(value) - (len(old) if old is not None else 0)
+            self.bytes += len(value) - len(old)
+        return self.entries >= self.max_entries or self.bytes >= self.max_bytes
 
     def remove(self, cf: str, key: bytes) -> None:
         table, _, overhead = self.column(cf)
