@@ -190,6 +190,7 @@ class ChangelogStateStore(StateStore):
             "snapshots_adopted": snapshots.adopted,
             "snapshots_dropped": snapshots.dropped,
             "snapshots_dropped_missing_files": snapshots.missing_files,
+            "snapshot_checkpoint_wait_seconds": snapshots.write_wait_seconds,
             "snapshot_pending": snapshots.in_flight is not None,
             "changelog_bytes_since_snapshot": position.handle.size,
             "materialized_version": (position.materialized.version
