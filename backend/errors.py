@@ -6,8 +6,10 @@ turns them into one of these, so a caller can catch one root per package.
 
 from __future__ import annotations
 
+from pyspark_dstl.core.errors import DstlError
 
-class BackendError(Exception):
+
+class BackendError(DstlError):
     """Root of every error the backend package raises."""
 
 

@@ -8,9 +8,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from changelog.config import ChangelogOptions
-from changelog.errors import ConfigError
-from changelog.settings import (
+from pyspark_dstl.changelog.config import ChangelogOptions
+from pyspark_dstl.core.errors import ConfigError
+from pyspark_dstl.core.settings import (
     Parser,
     parse_duration,
     parse_int,
@@ -18,11 +18,11 @@ from changelog.settings import (
     parse_text,
     read_section,
 )
-from materializer.options import MaterializerOptions
+from pyspark_dstl.materializer.options import MaterializerOptions
 
 MB = 1024 * 1024
 CONF_PREFIX = "spark.dstl."
-DEFAULT_PROVIDER = "backend.rocksdb_provider.RocksDBChangelogProvider"
+DEFAULT_PROVIDER = "pyspark_dstl.backend.store.rocksdb_provider.RocksDBChangelogProvider"
 CHANGELOG_SECTION = "changelog."
 MATERIALIZATION_SECTION = "materialization."
 

@@ -19,8 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from backend.checkpoint import CheckpointInfo
-from backend.state_backend import StateBackend
 from benchmarks.harness import Report, parse_args, profiled, ratio, scratch, summarize
 from benchmarks.latency import LatencyModel
 from benchmarks.plots import checkpoint_plots
@@ -35,11 +33,13 @@ from benchmarks.workload import (
     rocksdb_settings,
     write_raw,
 )
-from changelog.config import ChangelogOptions
-from changelog.storage_service import ChangelogStorage
-from materializer.handle import SnapshotRequest
-from materializer.materializer import Materializer
-from materializer.options import MaterializerOptions
+from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
+from pyspark_dstl.backend.store.state_backend import StateBackend
+from pyspark_dstl.changelog.config import ChangelogOptions
+from pyspark_dstl.changelog.storage_service import ChangelogStorage
+from pyspark_dstl.materializer.handle import SnapshotRequest
+from pyspark_dstl.materializer.materializer import Materializer
+from pyspark_dstl.materializer.options import MaterializerOptions
 
 NAME = "checkpoint_duration"
 MODES = ("changelog", "incremental", "full")

@@ -20,8 +20,8 @@ from benchmarks.harness import Report, parse_args, profiled, ratio, summarize
 from benchmarks.latency import LatencyModel
 from benchmarks.plots import cdf_plot
 from benchmarks.s3 import S3Harness
-from changelog.storage_service import ChangelogStorage
-from changelog.writer import ChangelogWriter
+from pyspark_dstl.changelog.storage_service import ChangelogStorage
+from pyspark_dstl.changelog.writer import ChangelogWriter
 
 NAME = "hedging"
 TAIL_MODEL = LatencyModel(first_byte_median=0.020, first_byte_sigma=0.35, bandwidth=200e6,

@@ -18,15 +18,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from backend.checkpoint import CheckpointInfo
-from backend.state_backend import StateBackend
 from benchmarks.harness import Report, parse_args, profiled, ratio, scratch, summarize
 from benchmarks.latency import LatencyModel
 from benchmarks.plots import bar_plot
 from benchmarks.s3 import S3Harness
 from benchmarks.workload import OPERATOR, Workload, backend_options, file_url, load_store
-from changelog.config import ChangelogOptions
-from materializer.options import MaterializerOptions
+from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
+from pyspark_dstl.backend.store.state_backend import StateBackend
+from pyspark_dstl.changelog.config import ChangelogOptions
+from pyspark_dstl.materializer.options import MaterializerOptions
 
 NAME = "recovery"
 FULL: dict[str, Any] = {"keys": 1_000_000, "lengths": [0, 10, 100], "rounds": 5}

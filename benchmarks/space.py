@@ -26,10 +26,6 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from backend.cleanup import cleanup_checkpoint
-from backend.commit_log import CommitEntry, CommitLog, OperatorCommit
-from backend.options import CONF_KEYS, CONF_PREFIX, BackendOptions
-from backend.state_backend import StateBackend
 from benchmarks.harness import (
     Report,
     dir_size,
@@ -40,7 +36,11 @@ from benchmarks.harness import (
 )
 from benchmarks.plots import line_plot
 from benchmarks.workload import OPERATOR, Workload, backend_options, file_url, load_store
-from changelog.config import ChangelogOptions
+from pyspark_dstl.backend.lineage.commit_log import CommitEntry, CommitLog, OperatorCommit
+from pyspark_dstl.backend.ops.cleanup import cleanup_checkpoint
+from pyspark_dstl.backend.options import CONF_KEYS, CONF_PREFIX, BackendOptions
+from pyspark_dstl.backend.store.state_backend import StateBackend
+from pyspark_dstl.changelog.config import ChangelogOptions
 
 NAME = "space"
 FULL: dict[str, Any] = {"keys": 1_000_000, "batches": 200, "retain": [2, 10, 100],

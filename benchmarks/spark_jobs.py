@@ -15,7 +15,11 @@ import pyarrow as pa
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor as SparkProcessor
 from pyspark.sql.types import LongType, StructField, StructType
 
-from backend.spark import StatefulProcessor, StatefulProcessorHandle, VectorizedStatefulProcessor
+from pyspark_dstl.backend.spark import (
+    StatefulProcessor,
+    StatefulProcessorHandle,
+    VectorizedStatefulProcessor,
+)
 
 OUTPUT_SCHEMA = "user string, count long"
 INPUT_SCHEMA = "user string, v long"

@@ -16,12 +16,12 @@ from typing import Any
 import numpy as np
 from rocksdict import Rdict, WriteBatch, WriteOptions
 
-from backend.api import StateStore
-from backend.options import BackendOptions
-from backend.records import encode_key
-from backend.rocksdb_engine import RocksDBSettings
-from changelog.config import ChangelogOptions
-from materializer.options import MaterializerOptions
+from pyspark_dstl.backend.engines.rocksdb import RocksDBSettings
+from pyspark_dstl.backend.options import BackendOptions
+from pyspark_dstl.backend.store.api import StateStore
+from pyspark_dstl.backend.store.records import encode_key
+from pyspark_dstl.changelog.config import ChangelogOptions
+from pyspark_dstl.materializer.options import MaterializerOptions
 
 VALUE_SIZE = 100
 LOAD_CHUNK = 100_000

@@ -25,8 +25,6 @@ from typing import Any
 import numpy as np
 from rocksdict import WriteBatch
 
-from backend.api import StateStore, StateStoreProvider
-from backend.state_backend import StateBackend
 from benchmarks.harness import Report, parse_args, profiled, ratio, scratch, summarize
 from benchmarks.plots import bar_plot
 from benchmarks.workload import (
@@ -38,13 +36,15 @@ from benchmarks.workload import (
     open_raw_db,
     rocksdb_settings,
 )
-from changelog.config import ChangelogOptions
+from pyspark_dstl.backend.store.api import StateStore, StateStoreProvider
+from pyspark_dstl.backend.store.state_backend import StateBackend
+from pyspark_dstl.changelog.config import ChangelogOptions
 
 NAME = "write_path"
 FULL: dict[str, Any] = {"keys": 1_000_000, "rounds": 7}
 QUICK: dict[str, Any] = {"keys": 20_000, "rounds": 3}
-PROVIDERS = {"rocksdb": "backend.rocksdb_provider.RocksDBChangelogProvider",
-             "memory": "backend.memory_provider.InMemoryProvider"}
+PROVIDERS = {"rocksdb": "pyspark_dstl.backend.store.rocksdb_provider.RocksDBChangelogProvider",
+             "memory": "pyspark_dstl.backend.store.memory_provider.InMemoryProvider"}
 CONTENDERS = ("raw", "rocksdb", "memory", "rocksdb bulk", "memory bulk")
 Timing = dict[str, float]
 

@@ -1,9 +1,8 @@
 """The durable short-term log (FLIP-158 DSTL): writers, batched hedged uploads, handles, readers."""
 
-from changelog.config import CONF_KEYS, ChangelogOptions
-from changelog.errors import (
+from pyspark_dstl.changelog.config import CONF_KEYS, ChangelogOptions
+from pyspark_dstl.changelog.errors import (
     ChangelogError,
-    ConfigError,
     FormatError,
     HandleError,
     ObjectExistsError,
@@ -15,13 +14,14 @@ from changelog.errors import (
     UploadFailedError,
     WriterClosedError,
 )
-from changelog.format import ChangeSet, LogHeader
-from changelog.handle import ChangelogHandle, Segment
-from changelog.reader import ChangelogReader
-from changelog.storage import open_storage
-from changelog.storage.base import ObjectInfo, ObjectStore
-from changelog.storage_service import ChangelogStorage, SyncReader
-from changelog.writer import ChangelogWriter
+from pyspark_dstl.changelog.format import ChangeSet, LogHeader
+from pyspark_dstl.changelog.handle import ChangelogHandle, Segment
+from pyspark_dstl.changelog.reader import ChangelogReader
+from pyspark_dstl.changelog.storage import open_storage
+from pyspark_dstl.changelog.storage.base import ObjectInfo, ObjectStore
+from pyspark_dstl.changelog.storage_service import ChangelogStorage, SyncReader
+from pyspark_dstl.changelog.writer import ChangelogWriter
+from pyspark_dstl.core.errors import ConfigError
 
 __all__ = [
     "CONF_KEYS",

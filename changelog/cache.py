@@ -19,10 +19,10 @@ import time
 import uuid
 from collections import OrderedDict
 
-from changelog.config import CONF_KEYS, ChangelogOptions
-from changelog.errors import ConfigError
+from pyspark_dstl.changelog.config import CONF_KEYS, ChangelogOptions
+from pyspark_dstl.core.errors import ConfigError
 
-log = logging.getLogger("changelog")
+log = logging.getLogger(__name__)
 
 _SUFFIX = ".seg"
 _TEMP_PREFIX = ".tmp-"

@@ -11,7 +11,7 @@ import threading
 
 import zstandard
 
-from changelog.errors import FormatError
+from pyspark_dstl.changelog.errors import FormatError
 
 CODEC_NONE = 0
 CODEC_ZSTD = 1

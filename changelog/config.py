@@ -7,8 +7,8 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 from urllib.parse import urlsplit
 
-from changelog.errors import ConfigError
-from changelog.settings import (
+from pyspark_dstl.core.errors import ConfigError
+from pyspark_dstl.core.settings import (
     Parser,
     parse_bool,
     parse_duration,

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
+from pyspark_dstl.core.errors import DstlError, LoopClosedError
 
-class ChangelogError(Exception):
+
+class ChangelogError(DstlError):
     """Root of every error the changelog package raises."""
-
-
-class ConfigError(ChangelogError, ValueError):
-    """An option has an invalid value; the message names the option."""
 
 
 # --- storage -----------------------------------------------------------------------------------
@@ -53,7 +51,7 @@ class UploadFailedError(ChangelogError):
         self.path = path
 
 
-class WriterClosedError(ChangelogError):
+class WriterClosedError(ChangelogError, LoopClosedError):
     """The writer (or its storage) was closed."""
 
 

@@ -15,8 +15,8 @@ from zlib import crc32
 
 import msgpack
 
-from changelog.compression import FrameCompressor, codec_name, decompress
-from changelog.errors import (
+from pyspark_dstl.changelog.compression import FrameCompressor, codec_name, decompress
+from pyspark_dstl.changelog.errors import (
     BadMagicError,
     ChecksumMismatchError,
     FormatError,

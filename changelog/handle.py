@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from changelog.errors import HandleError
+from pyspark_dstl.changelog.errors import HandleError
 
 HANDLE_FORMAT_VERSION = 1
 

@@ -16,14 +16,20 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from itertools import islice
 
-from changelog.cache import SegmentCache
-from changelog.config import ChangelogOptions
-from changelog.errors import FormatError, TruncatedFileError
-from changelog.format import PREAMBLE_SIZE, ChangeSet, decode_header, decode_preamble, iter_frames
-from changelog.handle import ChangelogHandle, Segment
-from changelog.storage.base import ObjectStore
+from pyspark_dstl.changelog.cache import SegmentCache
+from pyspark_dstl.changelog.config import ChangelogOptions
+from pyspark_dstl.changelog.errors import FormatError, TruncatedFileError
+from pyspark_dstl.changelog.format import (
+    PREAMBLE_SIZE,
+    ChangeSet,
+    decode_header,
+    decode_preamble,
+    iter_frames,
+)
+from pyspark_dstl.changelog.handle import ChangelogHandle, Segment
+from pyspark_dstl.changelog.storage.base import ObjectStore
 
-log = logging.getLogger("changelog")
+log = logging.getLogger(__name__)
 
 Fetch = Callable[[str, int, int], Awaitable[bytes]]
 """fetch(path, start, end) -> bytes [start, end) of the object at `path`."""

@@ -19,14 +19,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from changelog.config import ChangelogOptions
-from changelog.errors import ChangelogError, UploadFailedError, WriterClosedError
-from changelog.format import ChangeSet, LogHeader, encode_file
-from changelog.handle import Segment
-from changelog.loop import EventLoopThread
-from changelog.metrics import ChangelogMetrics
-from changelog.storage.base import join_key
-from changelog.uploader import Uploader
+from pyspark_dstl.changelog.config import ChangelogOptions
+from pyspark_dstl.changelog.errors import ChangelogError, UploadFailedError, WriterClosedError
+from pyspark_dstl.changelog.format import ChangeSet, LogHeader, encode_file
+from pyspark_dstl.changelog.handle import Segment
+from pyspark_dstl.changelog.metrics import ChangelogMetrics
+from pyspark_dstl.changelog.storage.base import join_key
+from pyspark_dstl.changelog.uploader import Uploader
+from pyspark_dstl.core.loop import EventLoopThread
 
 log = logging.getLogger(__name__)
 ENCODE_IN_THREAD_BYTES = 1024 * 1024

@@ -17,20 +17,20 @@ from collections.abc import Coroutine, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
-from changelog.config import ChangelogOptions
-from changelog.errors import ChangelogError, WriterClosedError
-from changelog.format import ChangeSet
-from changelog.handle import ChangelogHandle
-from changelog.hedging import HedgeBudget, LatencyTracker
-from changelog.loop import EventLoopThread
-from changelog.metrics import ChangelogMetrics
-from changelog.reader import ChangelogReader
-from changelog.retry import RetryPolicy
-from changelog.scheduler import BatchScheduler, FileRefCounts, InFlightLimiter
-from changelog.storage import open_storage
-from changelog.storage.base import ObjectInfo, check_key
-from changelog.uploader import Uploader
-from changelog.writer import ChangelogWriter, WriterServices
+from pyspark_dstl.changelog.config import ChangelogOptions
+from pyspark_dstl.changelog.errors import ChangelogError, WriterClosedError
+from pyspark_dstl.changelog.format import ChangeSet
+from pyspark_dstl.changelog.handle import ChangelogHandle
+from pyspark_dstl.changelog.hedging import HedgeBudget, LatencyTracker
+from pyspark_dstl.changelog.metrics import ChangelogMetrics
+from pyspark_dstl.changelog.reader import ChangelogReader
+from pyspark_dstl.changelog.retry import RetryPolicy
+from pyspark_dstl.changelog.scheduler import BatchScheduler, FileRefCounts, InFlightLimiter
+from pyspark_dstl.changelog.storage import open_storage
+from pyspark_dstl.changelog.storage.base import ObjectInfo, check_key
+from pyspark_dstl.changelog.uploader import Uploader
+from pyspark_dstl.changelog.writer import ChangelogWriter, WriterServices
+from pyspark_dstl.core.loop import EventLoopThread
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)

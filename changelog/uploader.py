@@ -6,12 +6,12 @@ import asyncio
 import logging
 import time
 
-from changelog.config import ChangelogOptions
-from changelog.errors import ObjectExistsError, UploadFailedError
-from changelog.hedging import HedgeBudget, Hedger, LatencyTracker
-from changelog.metrics import ChangelogMetrics
-from changelog.retry import RetryPolicy
-from changelog.storage.base import ObjectStore, check_key, md5_hex
+from pyspark_dstl.changelog.config import ChangelogOptions
+from pyspark_dstl.changelog.errors import ObjectExistsError, UploadFailedError
+from pyspark_dstl.changelog.hedging import HedgeBudget, Hedger, LatencyTracker
+from pyspark_dstl.changelog.metrics import ChangelogMetrics
+from pyspark_dstl.changelog.retry import RetryPolicy
+from pyspark_dstl.changelog.storage.base import ObjectStore, check_key, md5_hex
 
 log = logging.getLogger(__name__)
 

@@ -18,20 +18,20 @@ from typing import Any
 
 import msgpack
 
-from changelog.config import ChangelogOptions
-from changelog.errors import ChangelogError, SqnError, WriterClosedError
-from changelog.format import MAX_KEY_GROUP, ChangeSet, LogHeader
-from changelog.handle import ChangelogHandle, Segment
-from changelog.loop import EventLoopThread
-from changelog.metrics import ChangelogMetrics
-from changelog.scheduler import (
+from pyspark_dstl.changelog.config import ChangelogOptions
+from pyspark_dstl.changelog.errors import ChangelogError, SqnError, WriterClosedError
+from pyspark_dstl.changelog.format import MAX_KEY_GROUP, ChangeSet, LogHeader
+from pyspark_dstl.changelog.handle import ChangelogHandle, Segment
+from pyspark_dstl.changelog.metrics import ChangelogMetrics
+from pyspark_dstl.changelog.scheduler import (
     BatchScheduler,
     FileRefCounts,
     InFlightLimiter,
     TicketOwner,
     UploadTicket,
 )
-from changelog.storage.base import check_key
+from pyspark_dstl.changelog.storage.base import check_key
+from pyspark_dstl.core.loop import EventLoopThread
 
 log = logging.getLogger(__name__)
 

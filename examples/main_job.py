@@ -13,7 +13,7 @@ the "dstl-state" data source) must equal the number of input events, exactly.
 
     python examples/main_job.py                 # about a minute on 2 cores
     python examples/main_job.py --files 10      # shorter
-    python -m backend inspect examples/out/main_job/checkpoint   # look at what it wrote
+    python -m pyspark_dstl inspect examples/out/main_job/checkpoint   # look at what it wrote
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from backend.spark import (
+from pyspark_dstl.backend.spark import (
     BatchProgress,
     StatefulProcessor,
     StatefulProcessorHandle,

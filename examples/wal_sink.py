@@ -31,10 +31,10 @@ import msgpack
 import pandas as pd
 from main_job import local_session
 
-from backend.spark import StatefulProcessor, StatefulProcessorHandle, stateful
-from changelog.config import ChangelogOptions
-from changelog.format import read_file
-from changelog.storage_service import ChangelogStorage
+from pyspark_dstl.backend.spark import StatefulProcessor, StatefulProcessorHandle, stateful
+from pyspark_dstl.changelog.config import ChangelogOptions
+from pyspark_dstl.changelog.format import read_file
+from pyspark_dstl.changelog.storage_service import ChangelogStorage
 
 WAL_DIR = "wal"
 LOG_ID = "sqlite-sink"

@@ -1,33 +1,38 @@
 """RocksDB snapshots for the changelog state backend: incremental, scheduled, restorable."""
 
-from materializer.errors import (
+from pyspark_dstl.materializer.errors import (
     ManifestError,
     ManifestExistsError,
     MaterializationFailedError,
     MaterializerClosedError,
-    MaterializerConfigError,
     MaterializerError,
     SnapshotCorruptError,
     SnapshotNotFoundError,
+    SnapshotRequestError,
     SnapshotUploadError,
     StoreNotRegisteredError,
 )
-from materializer.handle import HandleFormatError, MaterializedHandle, SnapshotRequest
-from materializer.listing import alist_manifests, amissing_files, aread_manifest, list_manifests
-from materializer.local import open_db
-from materializer.manifest import (
+from pyspark_dstl.materializer.handle import HandleFormatError, MaterializedHandle, SnapshotRequest
+from pyspark_dstl.materializer.listing import (
+    alist_manifests,
+    amissing_files,
+    aread_manifest,
+    list_manifests,
+)
+from pyspark_dstl.materializer.local import open_db
+from pyspark_dstl.materializer.manifest import (
     SnapshotFile,
     SnapshotManifest,
     decode_manifest,
     encode_manifest,
     referenced_files,
 )
-from materializer.materializer import Materializer
-from materializer.names import parse_manifest_name, parse_uploaded_version
-from materializer.options import MaterializerOptions
-from materializer.remote import RemoteFiles
-from materializer.restore import RestoredSnapshot
-from materializer.schedule import Decision
+from pyspark_dstl.materializer.materializer import Materializer
+from pyspark_dstl.materializer.names import parse_manifest_name, parse_uploaded_version
+from pyspark_dstl.materializer.options import MaterializerOptions
+from pyspark_dstl.materializer.remote import RemoteFiles
+from pyspark_dstl.materializer.restore import RestoredSnapshot
+from pyspark_dstl.materializer.schedule import Decision
 
 __all__ = [
     "Decision",
@@ -38,7 +43,6 @@ __all__ = [
     "MaterializedHandle",
     "Materializer",
     "MaterializerClosedError",
-    "MaterializerConfigError",
     "MaterializerError",
     "MaterializerOptions",
     "RemoteFiles",
@@ -48,6 +52,7 @@ __all__ = [
     "SnapshotManifest",
     "SnapshotNotFoundError",
     "SnapshotRequest",
+    "SnapshotRequestError",
     "SnapshotUploadError",
     "StoreNotRegisteredError",
     "alist_manifests",

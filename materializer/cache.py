@@ -8,10 +8,10 @@ import os
 import posixpath
 import tempfile
 
-from materializer.checksum import crc32_of, file_checksum
-from materializer.errors import SnapshotCorruptError
-from materializer.manifest import SnapshotFile
-from materializer.metrics import Metrics
+from pyspark_dstl.materializer.checksum import crc32_of, file_checksum
+from pyspark_dstl.materializer.errors import SnapshotCorruptError
+from pyspark_dstl.materializer.manifest import SnapshotFile
+from pyspark_dstl.materializer.metrics import Metrics
 
 
 class FileCache:

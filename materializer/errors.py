@@ -1,17 +1,19 @@
 """Exceptions of the materializer; everything raised here derives from MaterializerError.
 
-The root is separate from changelog.errors.ChangelogError on purpose (each package has its
-own root); storage failures from the changelog package are chained as `__cause__`.
+MaterializerError sits under the library's one root, DstlError; storage failures from the
+changelog package are chained as `__cause__`.
 """
 
 from __future__ import annotations
 
+from pyspark_dstl.core.errors import DstlError
 
-class MaterializerError(Exception):
+
+class MaterializerError(DstlError):
     """Root of every error the materializer package raises."""
 
 
-class MaterializerConfigError(MaterializerError, ValueError):
+class SnapshotRequestError(MaterializerError, ValueError):
     """A materializer argument (store id, unique id, directory) is invalid."""
 
 

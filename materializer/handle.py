@@ -8,8 +8,8 @@ from typing import Any
 
 import msgpack
 
-from materializer.errors import MaterializerConfigError, MaterializerError
-from materializer.names import check_unique_id
+from pyspark_dstl.materializer.errors import MaterializerError, SnapshotRequestError
+from pyspark_dstl.materializer.names import check_unique_id
 
 HANDLE_FORMAT_VERSION = 1
 
@@ -32,12 +32,12 @@ class SnapshotRequest:
 
     def __post_init__(self) -> None:
         if not isinstance(self.store_id, str) or not self.store_id:
-            raise MaterializerConfigError(f"invalid store id {self.store_id!r}")
+            raise SnapshotRequestError(f"invalid store id {self.store_id!r}")
         check_unique_id(self.unique_id)
         for name in ("version", "sqn"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise MaterializerConfigError(
+                raise SnapshotRequestError(
                     f"snapshot of store {self.store_id!r}: {name} must be an integer >= 0, "
                     f"got {value!r}")
         lineage = tuple((int(v), str(u)) for v, u in self.lineage)
@@ -45,7 +45,7 @@ class SnapshotRequest:
         try:
             msgpack.packb(dict(self.metadata), use_bin_type=True)
         except (TypeError, ValueError, OverflowError) as exc:
-            raise MaterializerConfigError(
+            raise SnapshotRequestError(
                 f"snapshot of store {self.store_id!r}: metadata is not msgpack-serializable: "
                 f"{exc}") from exc
 

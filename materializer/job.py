@@ -10,12 +10,12 @@ import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-from materializer.errors import MaterializerError, SnapshotUploadError
-from materializer.handle import MaterializedHandle, SnapshotRequest
-from materializer.local import LocalCheckpoint
-from materializer.metrics import Metrics
-from materializer.schedule import StoreSchedule
-from materializer.uploader import SnapshotUploader
+from pyspark_dstl.materializer.errors import MaterializerError, SnapshotUploadError
+from pyspark_dstl.materializer.handle import MaterializedHandle, SnapshotRequest
+from pyspark_dstl.materializer.local import LocalCheckpoint
+from pyspark_dstl.materializer.metrics import Metrics
+from pyspark_dstl.materializer.schedule import StoreSchedule
+from pyspark_dstl.materializer.uploader import SnapshotUploader
 
 
 @dataclass(frozen=True)

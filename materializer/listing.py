@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import posixpath
 
-from changelog.errors import ChangelogError, ObjectNotFoundError
-from materializer.errors import MaterializerError, SnapshotNotFoundError
-from materializer.manifest import SnapshotManifest, decode_manifest
-from materializer.names import check_remote_dir, parse_manifest_name
-from materializer.remote import RemoteFiles
+from pyspark_dstl.changelog.errors import ChangelogError, ObjectNotFoundError
+from pyspark_dstl.materializer.errors import MaterializerError, SnapshotNotFoundError
+from pyspark_dstl.materializer.manifest import SnapshotManifest, decode_manifest
+from pyspark_dstl.materializer.names import check_remote_dir, parse_manifest_name
+from pyspark_dstl.materializer.remote import RemoteFiles
 
 
 async def alist_manifests(storage: RemoteFiles, remote_dir: str) -> list[tuple[int, str, str]]:

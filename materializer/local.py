@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 from rocksdict import Checkpoint, Options, Rdict
 
-from materializer.errors import MaterializerError
-from materializer.names import check_local_name
+from pyspark_dstl.materializer.errors import MaterializerError
+from pyspark_dstl.materializer.names import check_local_name
 
 DEFAULT_CF = "default"
 

@@ -13,11 +13,11 @@ from typing import Any
 
 import msgpack
 
-from changelog.errors import StorageError
-from changelog.storage.base import check_key
-from materializer.checksum import crc32_of
-from materializer.errors import ManifestError
-from materializer.names import check_local_name, check_unique_id
+from pyspark_dstl.changelog.errors import StorageError
+from pyspark_dstl.changelog.storage.base import check_key
+from pyspark_dstl.materializer.checksum import crc32_of
+from pyspark_dstl.materializer.errors import ManifestError
+from pyspark_dstl.materializer.names import check_local_name, check_unique_id
 
 MAGIC = b"DSTLSNAP"
 FORMAT_VERSION = 1

@@ -12,28 +12,28 @@ from typing import Any
 
 from rocksdict import Rdict
 
-from materializer.cache import FileCache
-from materializer.checksum import ChecksumCache
-from materializer.dedup import UploadedFiles
-from materializer.errors import (
+from pyspark_dstl.materializer.cache import FileCache
+from pyspark_dstl.materializer.checksum import ChecksumCache
+from pyspark_dstl.materializer.dedup import UploadedFiles
+from pyspark_dstl.materializer.errors import (
     ManifestError,
     MaterializerClosedError,
-    MaterializerConfigError,
     MaterializerError,
+    SnapshotRequestError,
     StoreNotRegisteredError,
 )
-from materializer.handle import MaterializedHandle, SnapshotRequest
-from materializer.job import SnapshotJob
-from materializer.listing import amissing_files, aread_manifest
-from materializer.local import LocalCheckpoint, owned_checkpoint_root, take_checkpoint
-from materializer.manifest import SnapshotManifest
-from materializer.metrics import Metrics
-from materializer.names import check_remote_dir, local_dir_name
-from materializer.options import MaterializerOptions
-from materializer.remote import RemoteFiles
-from materializer.restore import RestoredSnapshot, SnapshotRestorer
-from materializer.schedule import Decision, StoreSchedule
-from materializer.uploader import SnapshotUploader
+from pyspark_dstl.materializer.handle import MaterializedHandle, SnapshotRequest
+from pyspark_dstl.materializer.job import SnapshotJob
+from pyspark_dstl.materializer.listing import amissing_files, aread_manifest
+from pyspark_dstl.materializer.local import LocalCheckpoint, owned_checkpoint_root, take_checkpoint
+from pyspark_dstl.materializer.manifest import SnapshotManifest
+from pyspark_dstl.materializer.metrics import Metrics
+from pyspark_dstl.materializer.names import check_remote_dir, local_dir_name
+from pyspark_dstl.materializer.options import MaterializerOptions
+from pyspark_dstl.materializer.remote import RemoteFiles
+from pyspark_dstl.materializer.restore import RestoredSnapshot, SnapshotRestorer
+from pyspark_dstl.materializer.schedule import Decision, StoreSchedule
+from pyspark_dstl.materializer.uploader import SnapshotUploader
 
 COUNTERS = (
     "snapshots_started", "snapshots_succeeded", "snapshots_failed", "checkpoint_seconds_total",
@@ -85,14 +85,14 @@ class Materializer:
     def register(self, store_id: str, remote_dir: str) -> None:
         """Schedule `store_id`; its snapshots go under `remote_dir` (e.g. 'state/op/3')."""
         if not isinstance(store_id, str) or not store_id:
-            raise MaterializerConfigError(f"invalid store id {store_id!r}")
+            raise SnapshotRequestError(f"invalid store id {store_id!r}")
         remote = check_remote_dir(remote_dir)
         with self._lock:
             self._check_open()
             existing = self._stores.get(store_id)
             if existing is not None:
                 if existing.remote_dir != remote:
-                    raise MaterializerConfigError(
+                    raise SnapshotRequestError(
                         f"store {store_id!r} is registered with remote directory "
                         f"{existing.remote_dir!r}, not {remote!r}")
                 return

@@ -6,9 +6,9 @@ import hashlib
 import re
 import uuid
 
-from changelog.errors import StorageError
-from changelog.storage.base import check_key, join_key
-from materializer.errors import MaterializerConfigError
+from pyspark_dstl.changelog.errors import StorageError
+from pyspark_dstl.changelog.storage.base import check_key, join_key
+from pyspark_dstl.materializer.errors import SnapshotRequestError
 
 MANIFEST_SUFFIX = ".snapshot"
 SST_DIR = "sst"
@@ -25,7 +25,7 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 def check_unique_id(unique_id: str) -> str:
     """Unique ids go into file names; the version before the first '_' keeps names unambiguous."""
     if not isinstance(unique_id, str) or not _UNIQUE_ID.match(unique_id):
-        raise MaterializerConfigError(
+        raise SnapshotRequestError(
             f"invalid unique id {unique_id!r}: use 1-128 letters, digits, '.', '_' or '-'")
     return unique_id
 
@@ -36,7 +36,7 @@ def check_remote_dir(remote_dir: str) -> str:
     try:
         return check_key(cleaned)
     except StorageError as exc:
-        raise MaterializerConfigError(f"invalid remote directory {remote_dir!r}") from exc
+        raise SnapshotRequestError(f"invalid remote directory {remote_dir!r}") from exc
 
 
 def check_local_name(name: str) -> bool:

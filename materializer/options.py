@@ -6,8 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from changelog.errors import ConfigError
-from changelog.settings import (
+from pyspark_dstl.core.errors import ConfigError
+from pyspark_dstl.core.settings import (
     Parser,
     parse_int,
     parse_optional_duration,

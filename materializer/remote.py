@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from changelog.loop import EventLoopThread
-from changelog.storage.base import ObjectInfo
+from pyspark_dstl.changelog.storage.base import ObjectInfo
+from pyspark_dstl.core.loop import EventLoopThread
 
 
 class RemoteFiles(Protocol):

@@ -7,14 +7,14 @@ import shutil
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from changelog.errors import ChangelogError, ObjectNotFoundError
-from materializer.cache import FileCache
-from materializer.checksum import ChecksumCache, file_checksum
-from materializer.errors import MaterializerError, SnapshotCorruptError
-from materializer.manifest import SnapshotFile, SnapshotManifest
-from materializer.metrics import Metrics
-from materializer.names import is_immutable
-from materializer.remote import RemoteFiles
+from pyspark_dstl.changelog.errors import ChangelogError, ObjectNotFoundError
+from pyspark_dstl.materializer.cache import FileCache
+from pyspark_dstl.materializer.checksum import ChecksumCache, file_checksum
+from pyspark_dstl.materializer.errors import MaterializerError, SnapshotCorruptError
+from pyspark_dstl.materializer.manifest import SnapshotFile, SnapshotManifest
+from pyspark_dstl.materializer.metrics import Metrics
+from pyspark_dstl.materializer.names import is_immutable
+from pyspark_dstl.materializer.remote import RemoteFiles
 
 
 @dataclass(frozen=True)

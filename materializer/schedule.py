@@ -7,9 +7,9 @@ import zlib
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from materializer.errors import MaterializationFailedError
-from materializer.handle import MaterializedHandle
-from materializer.options import MaterializerOptions
+from pyspark_dstl.materializer.errors import MaterializationFailedError
+from pyspark_dstl.materializer.handle import MaterializedHandle
+from pyspark_dstl.materializer.options import MaterializerOptions
 
 
 class Decision(enum.Enum):

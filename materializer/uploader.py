@@ -10,21 +10,21 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 from typing import Any
 
-from changelog.errors import ChangelogError, ObjectExistsError
-from materializer.checksum import ChecksumCache, crc32_of
-from materializer.dedup import UploadedFiles
-from materializer.errors import (
+from pyspark_dstl.changelog.errors import ChangelogError, ObjectExistsError
+from pyspark_dstl.materializer.checksum import ChecksumCache, crc32_of
+from pyspark_dstl.materializer.dedup import UploadedFiles
+from pyspark_dstl.materializer.errors import (
     ManifestExistsError,
     MaterializerError,
     SnapshotCorruptError,
     SnapshotUploadError,
 )
-from materializer.handle import MaterializedHandle, SnapshotRequest
-from materializer.local import LocalCheckpoint
-from materializer.manifest import SnapshotFile, SnapshotManifest, encode_manifest
-from materializer.metrics import Metrics
-from materializer.names import manifest_path, remote_file_path
-from materializer.remote import RemoteFiles
+from pyspark_dstl.materializer.handle import MaterializedHandle, SnapshotRequest
+from pyspark_dstl.materializer.local import LocalCheckpoint
+from pyspark_dstl.materializer.manifest import SnapshotFile, SnapshotManifest, encode_manifest
+from pyspark_dstl.materializer.metrics import Metrics
+from pyspark_dstl.materializer.names import manifest_path, remote_file_path
+from pyspark_dstl.materializer.remote import RemoteFiles
 
 ROCKSDICT_CONFIG = "rocksdict-config.json"
 

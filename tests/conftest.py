@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from changelog.config import ChangelogOptions
-from changelog.loop import EventLoopThread
-from changelog.storage import ObjectStore, open_storage
-from changelog.storage.memory import MemoryStore
+from pyspark_dstl.changelog.config import ChangelogOptions
+from pyspark_dstl.changelog.storage import ObjectStore, open_storage
+from pyspark_dstl.changelog.storage.memory import MemoryStore
+from pyspark_dstl.core.loop import EventLoopThread
 from tests.support import FaultProxy, MotoServer, S3Env, make_s3_env
 
 STORAGE_KINDS = ["memory", "file", "s3"]

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from backend.checkpoint import CheckpointInfo
-from backend.cleanup import cleanup_checkpoint
-from backend.naming import snapshot_path, store_dir
-from backend.provider import ChangelogProvider
-from backend.state_backend import StateBackend
-from materializer.listing import aread_manifest
-from materializer.names import parse_uploaded_version
-from materializer.options import MaterializerOptions
+from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
+from pyspark_dstl.backend.lineage.naming import snapshot_path, store_dir
+from pyspark_dstl.backend.ops.cleanup import cleanup_checkpoint
+from pyspark_dstl.backend.store.provider import ChangelogProvider
+from pyspark_dstl.backend.store.state_backend import StateBackend
+from pyspark_dstl.materializer.listing import aread_manifest
+from pyspark_dstl.materializer.names import parse_uploaded_version
+from pyspark_dstl.materializer.options import MaterializerOptions
 from tests.support import FaultRule, S3Env
 from tests.support.backend import OPERATOR, BackendEnv, apply, entry_of, file_env, s3_env, state_of
 

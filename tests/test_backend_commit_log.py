@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from backend.checkpoint import CheckpointInfo
-from backend.commit_log import CommitEntry, OperatorCommit
-from backend.errors import CommitLogCorruptError, CommitLogError
-from changelog.handle import ChangelogHandle, Segment
+from pyspark_dstl.backend.errors import CommitLogCorruptError, CommitLogError
+from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
+from pyspark_dstl.backend.lineage.commit_log import CommitEntry, OperatorCommit
+from pyspark_dstl.changelog.handle import ChangelogHandle, Segment
 from tests.support.backend import BackendEnv, env  # noqa: F401 - fixture
 
 

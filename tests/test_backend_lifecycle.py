@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from backend.checkpoint import CheckpointInfo
-from backend.cleanup import cleanup_checkpoint
-from backend.naming import snapshot_path, store_dir
-from backend.provider import ChangelogProvider
-from materializer.listing import aread_manifest, list_manifests
-from materializer.options import MaterializerOptions
+from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
+from pyspark_dstl.backend.lineage.naming import snapshot_path, store_dir
+from pyspark_dstl.backend.ops.cleanup import cleanup_checkpoint
+from pyspark_dstl.backend.store.provider import ChangelogProvider
+from pyspark_dstl.materializer.listing import aread_manifest, list_manifests
+from pyspark_dstl.materializer.options import MaterializerOptions
 from tests.support import FaultRule, S3Env
 from tests.support.backend import (
     OPERATOR,

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from backend.api import StateStore, StateStoreProvider
-from backend.checkpoint import CheckpointInfo
-from backend.errors import LineageError
-from backend.naming import snapshot_path, store_dir
-from backend.provider import ChangelogProvider
-from materializer.options import MaterializerOptions
+from pyspark_dstl.backend.errors import LineageError
+from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
+from pyspark_dstl.backend.lineage.naming import snapshot_path, store_dir
+from pyspark_dstl.backend.store.api import StateStore, StateStoreProvider
+from pyspark_dstl.backend.store.provider import ChangelogProvider
+from pyspark_dstl.materializer.options import MaterializerOptions
 from tests.support import S3Env
 from tests.support.backend import (
     OPERATOR,

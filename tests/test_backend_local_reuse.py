@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
-from backend.checkpoint import CheckpointInfo
-from backend.local_dirs import root_dir
-from backend.options import BackendOptions
-from backend.provider import STORES_DIR
-from backend.release_marker import MARKER_NAME, write_marker
-from backend.state_backend import StateBackend
-from changelog.handle import ChangelogHandle
+from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
+from pyspark_dstl.backend.local.dirs import root_dir
+from pyspark_dstl.backend.local.release_marker import MARKER_NAME, write_marker
+from pyspark_dstl.backend.options import BackendOptions
+from pyspark_dstl.backend.store.provider import STORES_DIR
+from pyspark_dstl.backend.store.state_backend import StateBackend
+from pyspark_dstl.changelog.handle import ChangelogHandle
 from tests.support import S3Env
 from tests.support.backend import (
     MEMORY,

@@ -10,12 +10,13 @@ from pathlib import Path
 import msgpack
 import pytest
 
-import backend.replay as replay
-from backend.engine import Engine
-from backend.errors import BackendError, LineageError
-from backend.lineage import MarkerCheck
-from backend.memory_engine import MemoryEngine
-from backend.records import (
+import pyspark_dstl.backend.lineage.replay as replay
+from pyspark_dstl.backend.engines.base import Engine
+from pyspark_dstl.backend.engines.memory import MemoryEngine
+from pyspark_dstl.backend.engines.rocksdb import RocksDBEngine, RocksDBSettings
+from pyspark_dstl.backend.errors import BackendError, LineageError
+from pyspark_dstl.backend.lineage.rules import MarkerCheck
+from pyspark_dstl.backend.store.records import (
     OP_DELETE,
     OP_PUT,
     VersionMarker,
@@ -25,8 +26,7 @@ from backend.records import (
     encode_payload,
     physical_keys,
 )
-from backend.rocksdb_engine import RocksDBEngine, RocksDBSettings
-from changelog.format import ChangeSet
+from pyspark_dstl.changelog.format import ChangeSet
 from tests.support.backend import MEMORY, PROVIDER_IDS, PROVIDERS, file_env, state_of
 
 MARKER = [3, 2, "uid2", "uid1"]

@@ -14,21 +14,21 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from backend.checkpoint import CheckpointInfo
-from backend.cleanup import (
+from pyspark_dstl.backend.errors import BackendError
+from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
+from pyspark_dstl.backend.lineage.naming import store_dir
+from pyspark_dstl.backend.ops.cleanup import (
     MIN_INCOMPLETE_GRACE,
     CleanupReport,
     cleanup_checkpoint,
     default_incomplete_grace,
 )
-from backend.errors import BackendError
-from backend.listing import list_store_dir
-from backend.naming import store_dir
-from changelog.config import ChangelogOptions
-from changelog.storage.base import ObjectInfo
-from materializer.listing import aread_manifest
-from materializer.names import parse_uploaded_version
-from materializer.options import MaterializerOptions
+from pyspark_dstl.backend.ops.listing import list_store_dir
+from pyspark_dstl.changelog.config import ChangelogOptions
+from pyspark_dstl.changelog.storage.base import ObjectInfo
+from pyspark_dstl.materializer.listing import aread_manifest
+from pyspark_dstl.materializer.names import parse_uploaded_version
+from pyspark_dstl.materializer.options import MaterializerOptions
 from tests.support.backend import OPERATOR, BackendEnv, apply, entry_of, file_env, state_of
 
 STORE = f"{OPERATOR}/0"

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from backend.errors import StateStoreClosedError, StoreIdError, StoreLockedError
-from backend.local_dirs import LOCK_NAME, root_dir
-from backend.provider import STORES_DIR
+from pyspark_dstl.backend.errors import StateStoreClosedError, StoreIdError, StoreLockedError
+from pyspark_dstl.backend.local.dirs import LOCK_NAME, root_dir
+from pyspark_dstl.backend.store.provider import STORES_DIR
 from tests.support import S3Env
 from tests.support.backend import (
     MEMORY,

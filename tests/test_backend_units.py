@@ -7,13 +7,23 @@ import os
 
 import pytest
 
-from backend.checkpoint import CheckpointInfo
-from backend.errors import CorruptCheckpointError, LineageError, ProviderError, StoreIdError
-from backend.lineage import MarkerCheck
-from backend.memory_provider import InMemoryProvider
-from backend.naming import CheckpointName, make_store_id, parse_checkpoint_name, split_store_id
-from backend.options import BackendOptions
-from backend.records import (
+from pyspark_dstl.backend.errors import (
+    CorruptCheckpointError,
+    LineageError,
+    ProviderError,
+    StoreIdError,
+)
+from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
+from pyspark_dstl.backend.lineage.naming import (
+    CheckpointName,
+    make_store_id,
+    parse_checkpoint_name,
+    split_store_id,
+)
+from pyspark_dstl.backend.lineage.rules import MarkerCheck
+from pyspark_dstl.backend.options import BackendOptions
+from pyspark_dstl.backend.store.memory_provider import InMemoryProvider
+from pyspark_dstl.backend.store.records import (
     OP_DELETE,
     OP_PUT,
     VersionMarker,
@@ -23,12 +33,12 @@ from backend.records import (
     encode_key,
     encode_payload,
 )
-from backend.registry import load_provider_class
-from backend.rocksdb_provider import RocksDBChangelogProvider
-from backend.txcache import TransactionCache
-from changelog.errors import ConfigError
-from changelog.handle import ChangelogHandle, Segment
-from materializer.handle import MaterializedHandle
+from pyspark_dstl.backend.store.registry import load_provider_class
+from pyspark_dstl.backend.store.rocksdb_provider import RocksDBChangelogProvider
+from pyspark_dstl.backend.store.txcache import TransactionCache
+from pyspark_dstl.changelog.handle import ChangelogHandle, Segment
+from pyspark_dstl.core.errors import ConfigError
+from pyspark_dstl.materializer.handle import MaterializedHandle
 from tests.support.backend import BackendEnv, env  # noqa: F401 - fixture
 
 
@@ -142,17 +152,18 @@ def test_an_invalid_setting_value_is_named() -> None:
 
 
 def test_providers_load_by_class_path() -> None:
-    assert load_provider_class(
-        "backend.rocksdb_provider.RocksDBChangelogProvider") is RocksDBChangelogProvider
-    assert load_provider_class("backend.memory_provider.InMemoryProvider") is InMemoryProvider
+    rocksdb = "pyspark_dstl.backend.store.rocksdb_provider.RocksDBChangelogProvider"
+    memory = "pyspark_dstl.backend.store.memory_provider.InMemoryProvider"
+    assert load_provider_class(rocksdb) is RocksDBChangelogProvider
+    assert load_provider_class(memory) is InMemoryProvider
 
 
 @pytest.mark.parametrize("path,why", [
     ("RocksDB", "not a 'module.Class' path"),
     ("backend.no_such_module.Provider", "cannot import module"),
-    ("backend.rocksdb_provider.NoSuchClass", "has no 'NoSuchClass'"),
-    ("backend.errors.BackendError", "not a StateStoreProvider subclass"),
-    ("backend.provider.ChangelogProvider", "is abstract"),
+    ("pyspark_dstl.backend.store.rocksdb_provider.NoSuchClass", "has no 'NoSuchClass'"),
+    ("pyspark_dstl.backend.errors.BackendError", "not a StateStoreProvider subclass"),
+    ("pyspark_dstl.backend.store.provider.ChangelogProvider", "is abstract"),
 ])
 def test_a_bad_provider_class_path_is_named(path: str, why: str) -> None:
     with pytest.raises(ProviderError, match=f"{path!r}.*{why}".replace("(", r"\(")):
@@ -230,7 +241,7 @@ def test_rocksdb_settings_reach_the_store_s_rocksdb(tmp_path: object, conf: dict
     """The OPTIONS file RocksDB writes for an open store shows every configured value."""
     from pathlib import Path
 
-    from backend.state_backend import StateBackend
+    from pyspark_dstl.backend.store.state_backend import StateBackend
 
     root = Path(str(tmp_path))
     options = BackendOptions.from_conf(

@@ -8,13 +8,13 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from changelog.errors import (
+from pyspark_dstl.changelog.errors import (
     ObjectExistsError,
     PermanentStorageError,
     StorageError,
     TransientStorageError,
 )
-from changelog.storage import ObjectStore, open_storage
+from pyspark_dstl.changelog.storage import ObjectStore, open_storage
 from tests.support import FaultRule, MotoServer, RequestInfo, S3Env
 
 # The client's read timeout (attempt_timeout) is short so "timeout" faults end quickly.

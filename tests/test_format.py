@@ -12,14 +12,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from changelog.errors import (
+from pyspark_dstl.changelog.errors import (
     BadMagicError,
     ChecksumMismatchError,
     FormatError,
     TruncatedFileError,
     UnsupportedVersionError,
 )
-from changelog.format import (
+from pyspark_dstl.changelog.format import (
     ENTRY_OVERHEAD,
     FOOTER_SIZE,
     MAGIC,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from changelog import ChangelogHandle, ChangelogStorage
+from pyspark_dstl.changelog import ChangelogHandle, ChangelogStorage
 from tests.support import FaultRule, S3Env
 
 A, B, C, D = (1, b"a"), (2, b"b"), (3, b"c"), (4, b"d")

@@ -7,21 +7,21 @@ import struct
 import msgpack
 import pytest
 
-from materializer import (
+from pyspark_dstl.materializer import (
     HandleFormatError,
     ManifestError,
     MaterializedHandle,
-    MaterializerConfigError,
     SnapshotFile,
     SnapshotManifest,
     SnapshotRequest,
+    SnapshotRequestError,
     decode_manifest,
     encode_manifest,
     referenced_files,
 )
-from materializer.checksum import crc32_of
-from materializer.manifest import HEADER, MAGIC
-from materializer.names import manifest_name, parse_manifest_name
+from pyspark_dstl.materializer.checksum import crc32_of
+from pyspark_dstl.materializer.manifest import HEADER, MAGIC
+from pyspark_dstl.materializer.names import manifest_name, parse_manifest_name
 
 
 def make_manifest(version: int = 7, unique_id: str = "9f3c-attempt-1") -> SnapshotManifest:
@@ -132,15 +132,15 @@ def test_materialized_handle_with_wrong_field_type_names_the_field() -> None:
 
 @pytest.mark.parametrize("unique_id", ["", "a/b", "-lead", "x" * 200, "with space"])
 def test_request_rejects_unique_ids_unusable_in_file_names(unique_id: str) -> None:
-    with pytest.raises(MaterializerConfigError, match="unique id"):
+    with pytest.raises(SnapshotRequestError, match="unique id"):
         SnapshotRequest("s", 1, unique_id, 0)
 
 
 def test_request_rejects_metadata_msgpack_cannot_hold() -> None:
-    with pytest.raises(MaterializerConfigError, match="metadata"):
+    with pytest.raises(SnapshotRequestError, match="metadata"):
         SnapshotRequest("s", 1, "u", 0, metadata={"when": object()})
 
 
 def test_request_rejects_negative_version() -> None:
-    with pytest.raises(MaterializerConfigError, match="version"):
+    with pytest.raises(SnapshotRequestError, match="version"):
         SnapshotRequest("s", -1, "u", 0)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from changelog.errors import ConfigError
-from materializer import MaterializerOptions
-from materializer.options import CONF_KEYS
+from pyspark_dstl.core.errors import ConfigError
+from pyspark_dstl.materializer import MaterializerOptions
+from pyspark_dstl.materializer.options import CONF_KEYS
 
 PREFIX = "spark.dstl.materialization."
 

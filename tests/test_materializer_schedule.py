@@ -12,21 +12,21 @@ from typing import Any
 import pytest
 from rocksdict import Options, Rdict
 
-from changelog.config import ChangelogOptions
-from changelog.storage_service import ChangelogStorage
-from materializer import (
+from pyspark_dstl.changelog.config import ChangelogOptions
+from pyspark_dstl.changelog.storage_service import ChangelogStorage
+from pyspark_dstl.materializer import (
     Decision,
     MaterializationFailedError,
     Materializer,
     MaterializerClosedError,
-    MaterializerConfigError,
     MaterializerOptions,
     RemoteFiles,
     SnapshotRequest,
+    SnapshotRequestError,
     SnapshotUploadError,
     StoreNotRegisteredError,
 )
-from materializer.schedule import first_delay
+from pyspark_dstl.materializer.schedule import first_delay
 from tests.support import FaultRule, S3Env
 
 STORE = "op1/part0"
@@ -217,7 +217,7 @@ def test_registering_a_store_under_another_directory_is_rejected(file_remote: Ch
                                                                  make: Any) -> None:
     materializer = make(file_remote)
     materializer.register(STORE, REMOTE_DIR)  # same again: fine
-    with pytest.raises(MaterializerConfigError, match="state/9/9"):
+    with pytest.raises(SnapshotRequestError, match="state/9/9"):
         materializer.register(STORE, "state/9/9")
 
 

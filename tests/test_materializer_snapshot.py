@@ -15,9 +15,9 @@ from typing import Any, cast
 import pytest
 from rocksdict import Options, Rdict
 
-from changelog.config import ChangelogOptions
-from changelog.storage_service import ChangelogStorage
-from materializer import (
+from pyspark_dstl.changelog.config import ChangelogOptions
+from pyspark_dstl.changelog.storage_service import ChangelogStorage
+from pyspark_dstl.materializer import (
     ManifestError,
     MaterializedHandle,
     Materializer,

@@ -18,8 +18,8 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from changelog import ChangelogHandle, ChangelogOptions, ChangelogStorage
-from changelog.storage.memory import MemoryStore
+from pyspark_dstl.changelog import ChangelogHandle, ChangelogOptions, ChangelogStorage
+from pyspark_dstl.changelog.storage.memory import MemoryStore
 
 WRITERS = 3
 OPTIONS = ChangelogOptions(persist_delay=0.001, preemptive_persist_threshold=24,

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from changelog.cache import SegmentCache
-from changelog.config import ChangelogOptions
-from changelog.errors import (
+from pyspark_dstl.changelog.cache import SegmentCache
+from pyspark_dstl.changelog.config import ChangelogOptions
+from pyspark_dstl.changelog.errors import (
     BadMagicError,
     ChecksumMismatchError,
     FormatError,
@@ -23,7 +23,7 @@ from changelog.errors import (
     TruncatedFileError,
     UnsupportedVersionError,
 )
-from changelog.format import (
+from pyspark_dstl.changelog.format import (
     FORMAT_VERSION,
     MAGIC,
     PREAMBLE_SIZE,
@@ -32,10 +32,14 @@ from changelog.format import (
     LogHeader,
     encode_file,
 )
-from changelog.handle import ChangelogHandle, Segment
-from changelog.reader import DECODE_IN_THREAD_BYTES, PREAMBLE_WINDOW_BYTES, ChangelogReader
-from changelog.storage import ObjectStore, open_storage
-from changelog.storage.memory import MemoryStore
+from pyspark_dstl.changelog.handle import ChangelogHandle, Segment
+from pyspark_dstl.changelog.reader import (
+    DECODE_IN_THREAD_BYTES,
+    PREAMBLE_WINDOW_BYTES,
+    ChangelogReader,
+)
+from pyspark_dstl.changelog.storage import ObjectStore, open_storage
+from pyspark_dstl.changelog.storage.memory import MemoryStore
 
 LOGS = ("op/0/a", "op/0/b", "op/0/c")
 SETS_PER_FILE = 3
@@ -122,7 +126,7 @@ def handle_of(log_id: str, files: dict[str, EncodedFile], from_sqn: int = 0) -> 
 
 def expected_of(log_id: str, files: dict[str, EncodedFile], store: ObjectStore,
                 from_sqn: int = 0) -> list[ChangeSet]:
-    from changelog.format import read_file
+    from pyspark_dstl.changelog.format import read_file
 
     found = [cs for path, encoded in files.items()
              for cs in read_file(encoded.data, store.url_of(path))[1]]

@@ -9,9 +9,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from changelog import ChangelogOptions, ChangelogStorage
-from changelog.format import read_file
-from changelog.storage.memory import MemoryStore
+from pyspark_dstl.changelog import ChangelogOptions, ChangelogStorage
+from pyspark_dstl.changelog.format import read_file
+from pyspark_dstl.changelog.storage.memory import MemoryStore
 from tests.support import FaultRule, S3Env
 
 KB = 1024

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from backend.spark.codec import (
+from pyspark_dstl.backend.spark.codec import (
     decode_elements,
     decode_key,
     decode_user_key,
@@ -21,7 +21,7 @@ from backend.spark.codec import (
     encode_value,
     split_map_key,
 )
-from backend.spark.errors import StateDecodingError, StateEncodingError
+from pyspark_dstl.backend.spark.errors import StateDecodingError, StateEncodingError
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**64 - 1),
                     st.floats(allow_nan=False), st.text(), st.binary())

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from backend.spark.conf import DstlConf
-from backend.spark.query import default_engine_checkpoint, to_url
-from changelog.errors import ConfigError
+from pyspark_dstl.backend.spark.conf import DstlConf
+from pyspark_dstl.backend.spark.query import default_engine_checkpoint, to_url
+from pyspark_dstl.core.errors import ConfigError
 
 
 def test_session_settings_and_per_query_overrides_combine() -> None:

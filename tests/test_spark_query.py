@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from backend.spark import (
+from pyspark_dstl.backend.spark import (
     PartitionCountError,
     StatefulStream,
     stateful,
 )
-from backend.spark.executor import store_cache
-from changelog.errors import ConfigError
+from pyspark_dstl.backend.spark.executor import store_cache
+from pyspark_dstl.core.errors import ConfigError
 from tests.support.spark import (
     COUNT_SCHEMA,
     INPUT_SCHEMA,

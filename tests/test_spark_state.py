@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from backend.api import StateStore
-from backend.options import BackendOptions
-from backend.spark.codec import encode_key
-from backend.spark.errors import StateVariableError
-from backend.spark.processor import StatefulProcessorHandle
-from backend.spark.state import KeyContext
-from backend.state_backend import StateBackend
+from pyspark_dstl.backend.options import BackendOptions
+from pyspark_dstl.backend.spark.codec import encode_key
+from pyspark_dstl.backend.spark.errors import StateVariableError
+from pyspark_dstl.backend.spark.processor import StatefulProcessorHandle
+from pyspark_dstl.backend.spark.state import KeyContext
+from pyspark_dstl.backend.store.api import StateStore
+from pyspark_dstl.backend.store.state_backend import StateBackend
 
 OpenHandle = Callable[[int], tuple[StatefulProcessorHandle, KeyContext, StateStore]]
 

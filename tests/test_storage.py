@@ -13,16 +13,15 @@ from pathlib import Path
 import fsspec
 import pytest
 
-from changelog.config import ChangelogOptions
-from changelog.errors import (
+from pyspark_dstl.changelog.config import ChangelogOptions
+from pyspark_dstl.changelog.errors import (
     ChangelogError,
     ObjectExistsError,
     ObjectNotFoundError,
     PermanentStorageError,
     UnsupportedStorageError,
 )
-from changelog.loop import EventLoopThread
-from changelog.storage import (
+from pyspark_dstl.changelog.storage import (
     FsspecStore,
     LocalStore,
     MemoryStore,
@@ -32,6 +31,7 @@ from changelog.storage import (
     md5_hex,
     open_storage,
 )
+from pyspark_dstl.core.loop import EventLoopThread
 from tests.support import S3Env
 
 DATA = bytes(range(256)) * 40 + b"tail"

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from changelog import (
+from pyspark_dstl.changelog import (
     ChangelogOptions,
     ChangelogStorage,
     ObjectExistsError,
     PermanentStorageError,
     UploadFailedError,
 )
-from changelog.hedging import HedgeBudget, LatencyTracker
+from pyspark_dstl.changelog.hedging import HedgeBudget, LatencyTracker
 from tests.support import FaultRule, S3Env
 
 # Request counts at the proxy are exact only without hedges; hedging has its own tests below.

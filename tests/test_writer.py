@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from changelog import (
+from pyspark_dstl.changelog import (
     ChangelogError,
     ChangelogHandle,
     ChangelogOptions,
@@ -15,8 +15,8 @@ from changelog import (
     SqnError,
     WriterClosedError,
 )
-from changelog.format import read_file
-from changelog.storage.memory import MemoryStore
+from pyspark_dstl.changelog.format import read_file
+from pyspark_dstl.changelog.storage.memory import MemoryStore
 
 Contents = list[tuple[int, tuple[tuple[int, bytes], ...]]]
 

@@ -1,14 +1,14 @@
 """Structured Streaming on the changelog state backend (the only package importing pyspark).
 
-    from backend.spark import stateful, StatefulProcessor
+    from pyspark_dstl.backend.spark import stateful, StatefulProcessor
 
     query = (stateful(events).group_by("user")
              .process(CountProcessor(), "user string, count long", checkpoint=path)
              .foreach_batch(sink).start(trigger={"availableNow": True}))
 """
 
-from backend.spark.conf import DstlConf, QueryOptions
-from backend.spark.errors import (
+from pyspark_dstl.backend.spark.conf import DstlConf, QueryOptions
+from pyspark_dstl.backend.spark.errors import (
     CommitValidationError,
     DstlSparkError,
     OutputSchemaError,
@@ -18,16 +18,21 @@ from backend.spark.errors import (
     StateEncodingError,
     StateVariableError,
 )
-from backend.spark.grouping import KeyedBatch, Keys
-from backend.spark.operator import BatchProgress, OperatorSpec, StageResult, StatefulOperator
-from backend.spark.processor import (
+from pyspark_dstl.backend.spark.grouping import KeyedBatch, Keys
+from pyspark_dstl.backend.spark.operator import (
+    BatchProgress,
+    OperatorSpec,
+    StageResult,
+    StatefulOperator,
+)
+from pyspark_dstl.backend.spark.processor import (
     StatefulProcessor,
     StatefulProcessorHandle,
     VectorizedStatefulProcessor,
 )
-from backend.spark.query import StatefulStream, stateful
-from backend.spark.reader import DstlStateDataSource, read_state, register_state_reader
-from backend.spark.state import ListState, MapState, ValueState
+from pyspark_dstl.backend.spark.query import StatefulStream, stateful
+from pyspark_dstl.backend.spark.reader import DstlStateDataSource, read_state, register_state_reader
+from pyspark_dstl.backend.spark.state import ListState, MapState, ValueState
 
 __all__ = [
     "BatchProgress",

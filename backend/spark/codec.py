@@ -20,7 +20,7 @@ from typing import Any
 
 import msgpack
 
-from backend.spark.errors import StateDecodingError, StateEncodingError
+from pyspark_dstl.backend.spark.errors import StateDecodingError, StateEncodingError
 
 TTL_EXT_CODE = 1
 _EXPIRY = struct.Struct(">q")

@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from backend.options import CONF_PREFIX, BackendOptions
-from changelog.errors import ConfigError
-from changelog.settings import Parser, parse_int, parse_text, parse_word, read_section
+from pyspark_dstl.backend.options import CONF_PREFIX, BackendOptions
+from pyspark_dstl.core.errors import ConfigError
+from pyspark_dstl.core.settings import Parser, parse_int, parse_text, parse_word, read_section
 
 QUERY_SECTION = "query."
 QUERY_PREFIX = CONF_PREFIX + QUERY_SECTION

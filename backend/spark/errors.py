@@ -6,7 +6,7 @@ bad `spark.dstl.*` value fails the same way wherever it is parsed.
 
 from __future__ import annotations
 
-from backend.errors import BackendError
+from pyspark_dstl.backend.errors import BackendError
 
 
 class DstlSparkError(BackendError):

@@ -21,13 +21,13 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from backend.api import StateStoreProvider
-from backend.local_dirs import root_dir
-from backend.naming import make_store_id, split_store_id
-from backend.options import BackendOptions
-from backend.provider import STORES_DIR
-from backend.spark.errors import DstlSparkError
-from backend.state_backend import StateBackend
+from pyspark_dstl.backend.lineage.naming import make_store_id, split_store_id
+from pyspark_dstl.backend.local.dirs import root_dir
+from pyspark_dstl.backend.options import BackendOptions
+from pyspark_dstl.backend.spark.errors import DstlSparkError
+from pyspark_dstl.backend.store.api import StateStoreProvider
+from pyspark_dstl.backend.store.provider import STORES_DIR
+from pyspark_dstl.backend.store.state_backend import StateBackend
 
 log = logging.getLogger(__name__)
 REQUEST_NAME = ".release-request"

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from backend.spark.codec import encode_key
+from pyspark_dstl.backend.spark.codec import encode_key
 
 
 class Keys(Sequence[tuple[Any, ...]]):

@@ -17,15 +17,15 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from backend.checkpoint import CheckpointInfo
-from backend.cleanup import cleanup_checkpoint
-from backend.commit_entry import CommitEntry, OperatorCommit
-from backend.commit_log import CommitLog
-from backend.spark.conf import DstlConf
-from backend.spark.errors import CommitValidationError, PartitionCountError
-from backend.spark.executor import store_cache
-from backend.spark.processor import AnyProcessor
-from backend.spark.task import META_COLUMN, PARTITION_COLUMN, TaskPlan, stateful_task
+from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
+from pyspark_dstl.backend.lineage.commit_entry import CommitEntry, OperatorCommit
+from pyspark_dstl.backend.lineage.commit_log import CommitLog
+from pyspark_dstl.backend.ops.cleanup import cleanup_checkpoint
+from pyspark_dstl.backend.spark.conf import DstlConf
+from pyspark_dstl.backend.spark.errors import CommitValidationError, PartitionCountError
+from pyspark_dstl.backend.spark.executor import store_cache
+from pyspark_dstl.backend.spark.processor import AnyProcessor
+from pyspark_dstl.backend.spark.task import META_COLUMN, PARTITION_COLUMN, TaskPlan, stateful_task
 
 
 @dataclass(frozen=True)

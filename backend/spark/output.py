@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
-from backend.spark.errors import OutputSchemaError
+from pyspark_dstl.backend.spark.errors import OutputSchemaError
 
 
 class OutputCollector:

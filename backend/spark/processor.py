@@ -13,9 +13,9 @@ from typing import Any, TypeAlias
 import pandas as pd
 import pyarrow as pa
 
-from backend.spark.errors import StateVariableError
-from backend.spark.grouping import KeyedBatch
-from backend.spark.state import (
+from pyspark_dstl.backend.spark.errors import StateVariableError
+from pyspark_dstl.backend.spark.grouping import KeyedBatch
+from pyspark_dstl.backend.spark.state import (
     STATE_KINDS,
     KeyContext,
     ListState,
@@ -24,7 +24,7 @@ from backend.spark.state import (
     ValueState,
     _StateVariable,
 )
-from changelog.units import parse_duration
+from pyspark_dstl.core.units import parse_duration
 
 # What handle_input_rows / handle_batch may yield: a frame, Arrow data, or one row as a tuple
 # in output-schema order (the cheapest way to emit one row per key).

@@ -11,11 +11,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from backend.spark.conf import QUERY_PREFIX, DstlConf
-from backend.spark.errors import StateVariableError
-from backend.spark.operator import BatchProgress, OperatorSpec, StatefulOperator
-from backend.spark.processor import StatefulProcessor, VectorizedStatefulProcessor
-from changelog.errors import ConfigError
+from pyspark_dstl.backend.spark.conf import QUERY_PREFIX, DstlConf
+from pyspark_dstl.backend.spark.errors import StateVariableError
+from pyspark_dstl.backend.spark.operator import BatchProgress, OperatorSpec, StatefulOperator
+from pyspark_dstl.backend.spark.processor import StatefulProcessor, VectorizedStatefulProcessor
+from pyspark_dstl.core.errors import ConfigError
 
 Sink = Callable[[Any, int], None]
 KEY_TYPES = ("string", "byte", "short", "integer", "long", "boolean", "binary", "float",
@@ -112,7 +112,7 @@ class StatefulStream:
         {"availableNow": True} or {"processingTime": "5 seconds"}. The engine's own checkpoint
         (offsets, commits) goes to `engine_checkpoint`, by default <checkpoint>/engine for a
         local checkpoint."""
-        from backend.spark.reader import register_state_reader
+        from pyspark_dstl.backend.spark.reader import register_state_reader
 
         register_state_reader(self._df.sparkSession)
         location = engine_checkpoint or self.operator.conf.query.engine_checkpoint_location

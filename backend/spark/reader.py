@@ -18,22 +18,22 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from backend.checkpoint import CheckpointInfo
-from backend.commit_log import CommitLog
-from backend.naming import split_store_id
-from backend.options import BackendOptions
-from backend.spark.codec import (
+from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
+from pyspark_dstl.backend.lineage.commit_log import CommitLog
+from pyspark_dstl.backend.lineage.naming import split_store_id
+from pyspark_dstl.backend.options import BackendOptions
+from pyspark_dstl.backend.spark.codec import (
     Expiring,
     decode_key,
     decode_value_with_expiry,
     iter_elements,
     split_map_key,
 )
-from backend.spark.conf import QUERY_PREFIX, DstlConf
-from backend.spark.errors import StateDecodingError
-from backend.state_backend import StateBackend
-from changelog.errors import ConfigError
-from changelog.storage_service import ChangelogStorage
+from pyspark_dstl.backend.spark.conf import QUERY_PREFIX, DstlConf
+from pyspark_dstl.backend.spark.errors import StateDecodingError
+from pyspark_dstl.backend.store.state_backend import StateBackend
+from pyspark_dstl.changelog.storage_service import ChangelogStorage
+from pyspark_dstl.core.errors import ConfigError
 
 SOURCE_NAME = "dstl-state"
 SCHEMA = ("partition INT, state_variable STRING, kind STRING, key STRING, map_key STRING, "
@@ -66,7 +66,7 @@ class DstlStateDataSource(DataSource):
 
 class StateReader(DataSourceReader):
     def __init__(self, options: Mapping[str, str]) -> None:
-        from backend.spark.query import to_url
+        from pyspark_dstl.backend.spark.query import to_url
 
         lowered = {str(k).lower(): v for k, v in options.items()}
         path = lowered.get("path")

@@ -7,15 +7,15 @@ from typing import Any
 
 import pyarrow as pa
 
-from backend.spark.grouping import KeyedBatch
-from backend.spark.output import OutputCollector
-from backend.spark.processor import (
+from pyspark_dstl.backend.spark.grouping import KeyedBatch
+from pyspark_dstl.backend.spark.output import OutputCollector
+from pyspark_dstl.backend.spark.processor import (
     AnyProcessor,
     StatefulProcessor,
     StatefulProcessorHandle,
     VectorizedStatefulProcessor,
 )
-from backend.spark.state import KeyContext, StoreAccess
+from pyspark_dstl.backend.spark.state import KeyContext, StoreAccess
 
 
 def run_processor(processor: AnyProcessor, store: StoreAccess, table: pa.Table,

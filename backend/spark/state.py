@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from backend.spark.codec import (
+from pyspark_dstl.backend.spark.codec import (
     Expiring,
     decode_user_key,
     decode_value,
@@ -20,8 +20,8 @@ from backend.spark.codec import (
     encode_value,
     iter_elements,
 )
-from backend.spark.errors import StateVariableError
-from backend.spark.grouping import Keys
+from pyspark_dstl.backend.spark.errors import StateVariableError
+from pyspark_dstl.backend.spark.grouping import Keys
 
 _MISSING = object()
 

@@ -16,11 +16,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from backend.checkpoint import CheckpointInfo
-from backend.spark.errors import PartitioningError
-from backend.spark.executor import store_cache
-from backend.spark.processor import AnyProcessor
-from backend.spark.runner import run_processor
+from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
+from pyspark_dstl.backend.spark.errors import PartitioningError
+from pyspark_dstl.backend.spark.executor import store_cache
+from pyspark_dstl.backend.spark.processor import AnyProcessor
+from pyspark_dstl.backend.spark.runner import run_processor
 
 META_COLUMN = "__dstl_meta"
 PARTITION_COLUMN = "__dstl_partition"

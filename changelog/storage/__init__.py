@@ -7,13 +7,19 @@ from urllib.parse import unquote, urlsplit
 
 import fsspec
 
-from changelog.config import ChangelogOptions
-from changelog.errors import StorageError, UnsupportedStorageError
-from changelog.storage.base import ObjectInfo, ObjectStore, check_key, join_key, md5_hex
-from changelog.storage.fsspec_store import FsspecStore
-from changelog.storage.local import LocalStore
-from changelog.storage.memory import MemoryStore
-from changelog.storage.s3 import S3Store
+from pyspark_dstl.changelog.config import ChangelogOptions
+from pyspark_dstl.changelog.errors import StorageError, UnsupportedStorageError
+from pyspark_dstl.changelog.storage.base import (
+    ObjectInfo,
+    ObjectStore,
+    check_key,
+    join_key,
+    md5_hex,
+)
+from pyspark_dstl.changelog.storage.fsspec_store import FsspecStore
+from pyspark_dstl.changelog.storage.local import LocalStore
+from pyspark_dstl.changelog.storage.memory import MemoryStore
+from pyspark_dstl.changelog.storage.s3 import S3Store
 
 __all__ = [
     "FsspecStore",

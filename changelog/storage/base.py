@@ -8,7 +8,7 @@ import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-from changelog.errors import ObjectNotFoundError, PermanentStorageError
+from pyspark_dstl.changelog.errors import ObjectNotFoundError, PermanentStorageError
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from botocore.exceptions import (
     ConnectionError as BotoConnectionError,
 )
 
-from changelog.errors import (
+from pyspark_dstl.changelog.errors import (
     ObjectExistsError,
     ObjectNotFoundError,
     PermanentStorageError,

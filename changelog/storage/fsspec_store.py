@@ -15,14 +15,14 @@ import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from changelog.errors import (
+from pyspark_dstl.changelog.errors import (
     ObjectExistsError,
     ObjectNotFoundError,
     PermanentStorageError,
     StorageError,
     TransientStorageError,
 )
-from changelog.storage.base import (
+from pyspark_dstl.changelog.storage.base import (
     ObjectInfo,
     ObjectStore,
     check_grace,

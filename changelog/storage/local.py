@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from changelog.errors import (
+from pyspark_dstl.changelog.errors import (
     ObjectExistsError,
     ObjectNotFoundError,
     PermanentStorageError,
@@ -25,7 +25,7 @@ from changelog.errors import (
     TransientStorageError,
     UnsupportedStorageError,
 )
-from changelog.storage.base import (
+from pyspark_dstl.changelog.storage.base import (
     ObjectInfo,
     ObjectStore,
     check_grace,

@@ -8,8 +8,14 @@ from __future__ import annotations
 import builtins
 import threading
 
-from changelog.errors import ObjectExistsError, ObjectNotFoundError
-from changelog.storage.base import ObjectInfo, ObjectStore, check_key, check_range, md5_hex
+from pyspark_dstl.changelog.errors import ObjectExistsError, ObjectNotFoundError
+from pyspark_dstl.changelog.storage.base import (
+    ObjectInfo,
+    ObjectStore,
+    check_key,
+    check_range,
+    md5_hex,
+)
 
 
 class _Space:

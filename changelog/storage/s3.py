@@ -23,10 +23,16 @@ from aiobotocore.session import AioSession, get_session
 from botocore.exceptions import ClientError
 from botocore.loaders import Loader, create_loader
 
-from changelog.config import ChangelogOptions
-from changelog.errors import ChangelogError, PermanentStorageError, StorageError
-from changelog.storage.base import ObjectInfo, ObjectStore, check_key, check_range, md5_hex
-from changelog.storage.errors_map import error_code, map_s3_error
+from pyspark_dstl.changelog.config import ChangelogOptions
+from pyspark_dstl.changelog.errors import ChangelogError, PermanentStorageError, StorageError
+from pyspark_dstl.changelog.storage.base import (
+    ObjectInfo,
+    ObjectStore,
+    check_key,
+    check_range,
+    md5_hex,
+)
+from pyspark_dstl.changelog.storage.errors_map import error_code, map_s3_error
 
 DEFAULT_REGION = "us-east-1"
 DELETE_BATCH = 1000

@@ -17,10 +17,10 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from backend.api import StateStore
-from backend.options import BackendOptions
-from backend.state_backend import StateBackend
-from changelog.config import ChangelogOptions
+from pyspark_dstl.backend.options import BackendOptions
+from pyspark_dstl.backend.store.api import StateStore
+from pyspark_dstl.backend.store.state_backend import StateBackend
+from pyspark_dstl.changelog.config import ChangelogOptions
 from tests.reliability.model import WorkloadSpec, batch_changes
 from tests.reliability.workload import LIBRARY_ERRORS
 

@@ -30,11 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from backend.commit_log import CommitLog
-from backend.options import BackendOptions
-from changelog import format as changelog_format
-from materializer import manifest as manifest_format
-from materializer.options import MaterializerOptions
+from pyspark_dstl.backend.lineage.commit_log import CommitLog
+from pyspark_dstl.backend.options import BackendOptions
+from pyspark_dstl.changelog import format as changelog_format
+from pyspark_dstl.materializer import manifest as manifest_format
+from pyspark_dstl.materializer.options import MaterializerOptions
 from tests.reliability.model import WorkloadSpec
 from tests.reliability.soak import verify_root
 from tests.reliability.workload import LIBRARY_ERRORS, StateMismatchError, Workload

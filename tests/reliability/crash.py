@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from backend.faults import POINTS
+from pyspark_dstl.backend.faults import POINTS
 from tests.reliability.child import ChildRun, Event
 from tests.reliability.workload import EXIT_MISMATCH
 from tests.support import FaultRule, S3Env

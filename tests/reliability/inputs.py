@@ -16,17 +16,18 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from backend.errors import BackendError, ProviderError, StoreIdError
-from backend.options import CONF_KEYS as BACKEND_KEYS
-from backend.options import BackendOptions
-from backend.spark.codec import encode_value
-from backend.spark.errors import StateEncodingError
-from backend.state_backend import StateBackend
-from changelog.config import CONF_KEYS as CHANGELOG_KEYS
-from changelog.config import ChangelogOptions
-from changelog.errors import ConfigError, StorageError
-from changelog.storage_service import ChangelogStorage
-from materializer.options import CONF_KEYS as MATERIALIZATION_KEYS
+from pyspark_dstl.backend.errors import BackendError, ProviderError, StoreIdError
+from pyspark_dstl.backend.options import CONF_KEYS as BACKEND_KEYS
+from pyspark_dstl.backend.options import BackendOptions
+from pyspark_dstl.backend.spark.codec import encode_value
+from pyspark_dstl.backend.spark.errors import StateEncodingError
+from pyspark_dstl.backend.store.state_backend import StateBackend
+from pyspark_dstl.changelog.config import CONF_KEYS as CHANGELOG_KEYS
+from pyspark_dstl.changelog.config import ChangelogOptions
+from pyspark_dstl.changelog.errors import StorageError
+from pyspark_dstl.changelog.storage_service import ChangelogStorage
+from pyspark_dstl.core.errors import ConfigError
+from pyspark_dstl.materializer.options import CONF_KEYS as MATERIALIZATION_KEYS
 
 ALL_KEYS = ([f"spark.dstl.{key}" for key in BACKEND_KEYS.values()]
             + [f"spark.dstl.changelog.{key}" for key in CHANGELOG_KEYS.values()]
@@ -40,8 +41,8 @@ FREE_TEXT = {  # any non-blank text is a valid directory, region or credential
 CHECKED_KEYS = sorted(set(ALL_KEYS) - FREE_TEXT)
 GARBAGE = ["", "   ", "banana", "-1", "0", "-5ms", "10 parsecs", "1e400", "maybe", "nan"]
 BAD_ENDPOINTS = ["not a url", "ftp://127.0.0.1:9000", "127.0.0.1:9000"]
-BAD_PROVIDERS = ["no_such_module.Provider", "backend.api.StateStore",
-                 "backend.api.StateStoreProvider", "builtins.dict"]
+BAD_PROVIDERS = ["no_such_module.Provider", "pyspark_dstl.backend.store.api.StateStore",
+                 "pyspark_dstl.backend.store.api.StateStoreProvider", "builtins.dict"]
 ESCAPING_OPERATORS = ["a/b", "..", "../x", "a\\b", "", "x\x00y", "a..b"]
 BAD_PARTITIONS: list[Any] = [-1, True, "1", 1.0]
 ESCAPING_UNIQUE_IDS = ["../../etc", "a/b", "", "x" * 65, "ab cd", "..", "a\\b"]

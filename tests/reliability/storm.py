@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from backend.options import BackendOptions
-from materializer.options import MaterializerOptions
+from pyspark_dstl.backend.options import BackendOptions
+from pyspark_dstl.materializer.options import MaterializerOptions
 from tests.reliability.model import WorkloadSpec
 from tests.reliability.workload import Workload
 from tests.support import FaultProxy, FaultRule, MotoServer, RequestInfo, S3Env, make_s3_env

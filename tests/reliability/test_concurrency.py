@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from backend.checkpoint import CheckpointInfo
-from backend.commit_log import CommitEntry, CommitLog, OperatorCommit
-from backend.options import BackendOptions
+from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
+from pyspark_dstl.backend.lineage.commit_log import CommitEntry, CommitLog, OperatorCommit
+from pyspark_dstl.backend.options import BackendOptions
 from tests.reliability.attempt import ATTEMPT_KEY
 from tests.reliability.child import ChildRun, Event
 from tests.reliability.crash import workload_conf

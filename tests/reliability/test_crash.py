@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from backend.cleanup import default_incomplete_grace
-from backend.faults import POINTS
-from backend.naming import snapshot_path
-from backend.options import BackendOptions
-from materializer.options import MaterializerOptions
+from pyspark_dstl.backend.faults import POINTS
+from pyspark_dstl.backend.lineage.naming import snapshot_path
+from pyspark_dstl.backend.ops.cleanup import default_incomplete_grace
+from pyspark_dstl.backend.options import BackendOptions
+from pyspark_dstl.materializer.options import MaterializerOptions
 from tests.reliability.crash import WIRE_TARGETS, CrashHarness, workload_conf
 from tests.reliability.model import WorkloadSpec
 from tests.reliability.soak import leaked_temp_files, verify_root

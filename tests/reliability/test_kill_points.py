@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from backend.faults import KillPointError, parse_spec
+from pyspark_dstl.backend.faults import KillPointError, parse_spec
 
 
 def test_an_unset_or_blank_variable_arms_no_kill_point() -> None:

@@ -22,15 +22,15 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from backend.api import StateStore
-from backend.checkpoint import CheckpointInfo
-from backend.cleanup import cleanup_checkpoint
-from backend.commit_log import CommitEntry, OperatorCommit
-from backend.errors import BackendError
-from backend.options import BackendOptions
-from backend.state_backend import StateBackend
-from changelog.errors import ChangelogError
-from materializer.errors import MaterializerError
+from pyspark_dstl.backend.errors import BackendError
+from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
+from pyspark_dstl.backend.lineage.commit_log import CommitEntry, OperatorCommit
+from pyspark_dstl.backend.ops.cleanup import cleanup_checkpoint
+from pyspark_dstl.backend.options import BackendOptions
+from pyspark_dstl.backend.store.api import StateStore
+from pyspark_dstl.backend.store.state_backend import StateBackend
+from pyspark_dstl.changelog.errors import ChangelogError
+from pyspark_dstl.materializer.errors import MaterializerError
 from tests.reliability.model import (
     CFS,
     StateKey,

@@ -14,7 +14,7 @@ Fixtures (tests/conftest.py):
   ``s3.options.with_changes(...)``.
 - ``storage_url`` (function, ids memory/file/s3): ``(url, options)`` for ``open_storage``.
 - ``store`` (function, async): the opened ObjectStore for ``storage_url``, closed afterwards.
-- ``loop_thread`` (function): a started :class:`changelog.loop.EventLoopThread`, closed after.
+- ``loop_thread`` (function): a started :class:`core.loop.EventLoopThread`, closed after.
 
 Injecting faults::
 

@@ -14,17 +14,17 @@ from typing import Any
 
 import pytest
 
-from backend.api import StateStore, StateStoreProvider
-from backend.commit_log import CommitEntry, CommitLog, OperatorCommit
-from backend.options import BackendOptions
-from backend.state_backend import StateBackend
-from changelog.config import ChangelogOptions
-from changelog.storage_service import ChangelogStorage
-from materializer.options import MaterializerOptions
+from pyspark_dstl.backend.lineage.commit_log import CommitEntry, CommitLog, OperatorCommit
+from pyspark_dstl.backend.options import BackendOptions
+from pyspark_dstl.backend.store.api import StateStore, StateStoreProvider
+from pyspark_dstl.backend.store.state_backend import StateBackend
+from pyspark_dstl.changelog.config import ChangelogOptions
+from pyspark_dstl.changelog.storage_service import ChangelogStorage
+from pyspark_dstl.materializer.options import MaterializerOptions
 from tests.support import S3Env
 
-ROCKSDB = "backend.rocksdb_provider.RocksDBChangelogProvider"
-MEMORY = "backend.memory_provider.InMemoryProvider"
+ROCKSDB = "pyspark_dstl.backend.store.rocksdb_provider.RocksDBChangelogProvider"
+MEMORY = "pyspark_dstl.backend.store.memory_provider.InMemoryProvider"
 PROVIDERS = [ROCKSDB, MEMORY]
 PROVIDER_IDS = ["rocksdb", "memory"]
 OPERATOR = "agg"

@@ -22,7 +22,7 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
-from changelog.loop import EventLoopThread
+from pyspark_dstl.core.loop import EventLoopThread
 
 FaultAction = Literal["delay", "status", "reset", "lose_response", "timeout", "slow_response"]
 ACTIONS: tuple[str, ...] = ("delay", "status", "reset", "lose_response", "timeout",

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from backend.spark import (
+from pyspark_dstl.backend.spark import (
     StatefulProcessor,
     StatefulProcessorHandle,
     VectorizedStatefulProcessor,
@@ -120,7 +120,7 @@ def stored_counts(spark: Any, checkpoint: str, batch_id: int | None = None,
     """The "count" value state of a checkpoint, read back through the dstl-state source."""
     import json
 
-    from backend.spark import read_state
+    from pyspark_dstl.backend.spark import read_state
 
     frame = read_state(spark, checkpoint, batch_id, conf=conf).toPandas()
     frame = frame[frame["state_variable"] == "count"]
@@ -260,7 +260,7 @@ class StandaloneCluster:
 def cluster_driver(master: str, inputs: str, checkpoint: str, local_dir: str) -> None:
     """The driver of the worker-loss test, run as `python -m tests.support.spark ...`:
     prints one line per committed batch."""
-    from backend.spark import stateful
+    from pyspark_dstl.backend.spark import stateful
 
     prepare_environment()
     from pyspark.sql import SparkSession

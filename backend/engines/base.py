@@ -1,0 +1,82 @@
+"""Engine: where a store instance keeps its state locally (RocksDB or a dict).
+
+The providers differ only in their engine; the changelog, the snapshots (always RocksDB files)
+and the lineage rules are shared, so both behave the same from the outside.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager
+
+from rocksdict import Rdict
+
+from pyspark_dstl.backend.store.records import CF_SEPARATOR
+
+Write = tuple[bytes, bytes | None]  # physical key, value or None for a delete
+# physical key prefix, user key -> value or None for a delete, whether it may hold deletes
+TableWrite = tuple[bytes, Mapping[bytes, bytes | None], bool]
+
+
+class Engine(ABC):
+    """Physical keys are cf + NUL + user key; scans return keys in ascending byte order."""
+
+    @abstractmethod
+    def get(self, raw: bytes) -> bytes | None: ...
+
+    @abstractmethod
+    def multi_get(self, raws: list[bytes]) -> list[bytes | None]: ...
+
+    @abstractmethod
+    def apply(self, writes: Iterable[Write]) -> None:
+        """Apply the writes atomically, in order."""
+
+    def apply_tables(self, tables: Iterable[TableWrite]) -> None:
+        """apply() for the transaction cache's tables (prefix + user key is the physical
+        key); keys are unique, so their order does not matter. Engines override it with a
+        tight loop (benchmarks/write_path)."""
+        self.apply((prefix + key, value)
+                   for prefix, table, _ in tables for key, value in table.items())
+
+    def apply_latest(self, writes: Mapping[bytes, bytes | None]) -> None:
+        """Apply the final write of each key (its value, or None for a delete) atomically.
+        One write per key, so their order does not matter; replay coalesces change sets
+        into such a mapping (benchmarks/recovery): one table of physical keys."""
+        self.apply_tables([(b"", writes, None in writes.values())])
+
+    @abstractmethod
+    def scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """Every (physical key, value) starting with `prefix`, from a consistent view."""
+
+    @abstractmethod
+    def first_key_from(self, start: bytes) -> bytes | None:
+        """The smallest physical key >= start, or None."""
+
+    @abstractmethod
+    def rocksdb_view(self) -> AbstractContextManager[Rdict]:
+        """A RocksDB holding exactly this state, for the materializer's checkpoint."""
+
+    @abstractmethod
+    def estimated_keys(self) -> int: ...
+
+    def persist_locally(self) -> bool:
+        """Write everything held in memory to the local files (WAL is off, so RocksDB's
+        memtable must be flushed) before another process takes the files over; False when
+        the engine keeps its state only in memory and cannot be taken over."""
+        return False
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def column_families(self) -> list[str]:
+        """Names of the column families holding at least one key, by seeking past each."""
+        names: list[str] = []
+        key = self.first_key_from(b"")
+        while key is not None:
+            cf, sep, _ = key.partition(CF_SEPARATOR)
+            if not sep:
+                break
+            names.append(cf.decode())
+            key = self.first_key_from(cf + b"\x01")
+        return names

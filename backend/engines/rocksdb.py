@@ -1,0 +1,198 @@
+"""The RocksDB engine: rocksdict in raw mode, WAL off (the changelog is the durable log)."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager, nullcontext
+from typing import TYPE_CHECKING, Any
+
+from rocksdict import (
+    BlockBasedOptions,
+    Cache,
+    DBCompactionStyle,
+    Options,
+    Rdict,
+    UniversalCompactOptions,
+    WriteBatch,
+    WriteOptions,
+)
+
+from pyspark_dstl.backend.engines.base import Engine, TableWrite, Write
+from pyspark_dstl.backend.errors import BackendError, CorruptCheckpointError
+
+if TYPE_CHECKING:
+    from pyspark_dstl.backend.options import BackendOptions
+
+COMPACTION_STYLES = ("level", "universal")
+
+
+class RocksDBSettings:
+    """Builds Options for every DB of one process; the block cache is shared and made lazily.
+
+    Compaction defaults to RocksDB's own (leveled, dynamic level sizes, base level 256 MB,
+    64 MB files, L0 compacted at 4 files). Under random updates they keep a state of a few
+    hundred MB in one level that every L0 compaction rewrites whole, so every few snapshots
+    are a full new copy in storage. A small base level and small files (e.g. 16 MB, 4 MB, L0
+    at 2) make a compaction rewrite only a slice, which lowers the peak of checkpoint storage
+    but raises its median and the bytes each snapshot uploads (docs/operations.md has the
+    measurements); "universal" is the other style (`universal_max_size_amplification_percent`).
+    """
+
+    def __init__(self, write_buffer_size: int, block_cache_size: int,
+                 max_background_jobs: int, *, compaction_style: str = "level",
+                 max_bytes_for_level_base: int = 256 * 1024 * 1024,
+                 target_file_size_base: int = 64 * 1024 * 1024,
+                 level0_compaction_trigger: int = 4,
+                 universal_max_size_amplification_percent: int = 200) -> None:
+        if compaction_style not in COMPACTION_STYLES:
+            raise ValueError(f"compaction style must be one of {COMPACTION_STYLES}, "
+                             f"got {compaction_style!r}")
+        self._write_buffer_size = write_buffer_size
+        self._block_cache_size = block_cache_size
+        self._max_background_jobs = max_background_jobs
+        self._compaction_style = compaction_style
+        self._max_bytes_for_level_base = max_bytes_for_level_base
+        self._target_file_size_base = target_file_size_base
+        self._level0_compaction_trigger = level0_compaction_trigger
+        self._universal_amplification = universal_max_size_amplification_percent
+        self._cache: Cache | None = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_options(cls, options: BackendOptions) -> RocksDBSettings:
+        return cls(options.write_buffer_size, options.block_cache_size,
+                   options.max_background_jobs,
+                   compaction_style=options.compaction_style,
+                   max_bytes_for_level_base=options.max_bytes_for_level_base,
+                   target_file_size_base=options.target_file_size_base,
+                   level0_compaction_trigger=options.level0_compaction_trigger,
+                   universal_max_size_amplification_percent=(
+                       options.universal_max_size_amplification_percent))
+
+    def options(self, create: bool = True) -> Options:
+        with self._lock:
+            if self._cache is None:
+                self._cache = Cache(self._block_cache_size)
+            cache = self._cache
+        table = BlockBasedOptions()
+        table.set_block_cache(cache)
+        options = Options(raw_mode=True)
+        options.create_if_missing(create)
+        options.set_write_buffer_size(self._write_buffer_size)
+        options.set_max_background_jobs(self._max_background_jobs)
+        options.set_block_based_table_factory(table)
+        options.set_target_file_size_base(self._target_file_size_base)
+        options.set_level_zero_file_num_compaction_trigger(self._level0_compaction_trigger)
+        if self._compaction_style == "universal":
+            options.set_compaction_style(DBCompactionStyle.universal())
+            universal = UniversalCompactOptions()
+            universal.max_size_amplification_percent = self._universal_amplification
+            options.set_universal_compaction_options(universal)
+        else:
+            options.set_compaction_style(DBCompactionStyle.level())
+            options.set_level_compaction_dynamic_level_bytes(True)
+            options.set_max_bytes_for_level_base(self._max_bytes_for_level_base)
+        return options
+
+
+class RocksDBEngine(Engine):
+    def __init__(self, path: str, settings: RocksDBSettings, create: bool = True) -> None:
+        """`create=False` for a DB that must already exist (a released one taken over)."""
+        try:
+            self._db = Rdict(path, settings.options(create))
+        except Exception as exc:  # rocksdict raises plain Exception for I/O and lock errors
+            raise CorruptCheckpointError(f"cannot open RocksDB at {path!r}: {exc}") from exc
+        write_options = WriteOptions()
+        # a property at runtime; rocksdict's stub wrongly declares a method
+        write_options.disable_wal = True  # type: ignore[method-assign,assignment]
+        self._db.set_write_options(write_options)
+        self._path = path
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    def get(self, raw: bytes) -> bytes | None:
+        value: bytes | None = self._db.get(raw)
+        return value
+
+    def multi_get(self, raws: list[bytes]) -> list[bytes | None]:
+        if not raws:
+            return []
+        values: Any = self._db.get(list[Any](raws))
+        return list(values)
+
+    def apply(self, writes: Iterable[Write]) -> None:
+        batch = WriteBatch(raw_mode=True)
+        for raw, value in writes:
+            if value is None:
+                batch.delete(raw)
+            else:
+                batch.put(raw, value)
+        self._db.write(batch)
+
+    def apply_tables(self, tables: Iterable[TableWrite]) -> None:
+        """One WriteBatch, each table in key order: sorted inserts into the memtable's skip list
+        are an order of magnitude faster than random ones, far more than the sort costs when a
+        transaction (or a replay, through apply_latest) wrote keys in no particular order."""
+        batch = WriteBatch(raw_mode=True)
+        put = batch.put
+        for prefix, table, may_delete in tables:
+            keys = sorted(table)
+            if may_delete:
+                for key in keys:
+                    value = table[key]
+                    if value is None:
+                        batch.delete(prefix + key)
+                    else:
+                        put(prefix + key, value)
+            else:  # a plain loop: faster here than deque(map(put, ...)) (write_path)
+                for key in keys:
+                    put(prefix + key, table[key])
+        self._db.write(batch)
+
+    def scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        iterator = self._db.iter()
+        try:
+            iterator.seek(prefix)
+            while iterator.valid():
+                key = iterator.key()
+                if not key.startswith(prefix):
+                    break
+                yield key, iterator.value()
+                iterator.next()
+        finally:
+            del iterator  # a live iterator keeps the DB lock after close()
+
+    def first_key_from(self, start: bytes) -> bytes | None:
+        iterator = self._db.iter()
+        try:
+            iterator.seek(start)
+            key: bytes | None = iterator.key() if iterator.valid() else None
+            return key
+        finally:
+            del iterator
+
+    def rocksdb_view(self) -> AbstractContextManager[Rdict]:
+        return nullcontext(self._db)
+
+    def estimated_keys(self) -> int:
+        return int(self._db.property_int_value("rocksdb.estimate-num-keys") or 0)
+
+    def persist_locally(self) -> bool:
+        try:
+            self._db.flush(True)
+        except Exception as exc:  # rocksdict raises plain Exception for I/O errors
+            raise BackendError(f"cannot flush RocksDB at {self._path!r}: {exc}") from exc
+        return True
+
+    def close(self) -> None:
+        self._db.close()
+
+
+def remove_db_dir(path: str) -> None:
+    """Delete a DB directory the engine no longer uses (after close)."""
+    if os.path.isdir(path):
+        Rdict.destroy(path, Options(raw_mode=True))

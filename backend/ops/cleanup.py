@@ -1,0 +1,228 @@
+"""Retention and cleanup: delete what no retained checkpoint needs, below the retained range.
+
+Per store, from the retained CheckpointInfos (the newest min_batches_to_retain commit log
+entries, plus any in-flight infos the caller knows of):
+- referenced: every changelog file of their handles, their snapshot manifests, and every
+  file the kept manifests name (kept: referenced, or at or above the floor);
+- the floor is the oldest retained version, lowered to the version of a snapshot the newest
+  checkpoint reports in flight (not adopted yet, whether or not its manifest has landed);
+- every file carries a version in its name (changelogs and manifests: the commit; snapshot
+  data files under sst/ and meta/: the snapshot that first uploaded them). A file goes when it
+  is not referenced and its version is below the floor. Files at or above the floor may belong
+  to attempts or snapshot uploads still running, so they stay until the floor passes them;
+  that is also how an orphan of a crashed attempt eventually goes.
+Data files go before the manifests that name them, so an interrupted run can be repeated.
+
+Uploads killed halfway leave temp files that no listing shows (LocalStore's '.tmp-*'), so no
+reference rule can reach them: each cleaned store directory and the commit log directory are
+swept for such leftovers older than a grace period no live upload can reach.
+"""
+
+from __future__ import annotations
+
+import math
+import posixpath
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from pyspark_dstl.backend.errors import BackendError
+from pyspark_dstl.backend.faults import kill_point
+from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
+from pyspark_dstl.backend.lineage.commit_log import CommitEntry, CommitLog
+from pyspark_dstl.backend.lineage.naming import store_dir
+from pyspark_dstl.backend.ops.listing import StoreDirListing, list_stores
+from pyspark_dstl.changelog.config import ChangelogOptions
+from pyspark_dstl.changelog.storage.base import ObjectInfo
+from pyspark_dstl.materializer.errors import MaterializerError
+from pyspark_dstl.materializer.listing import aread_manifest
+from pyspark_dstl.materializer.manifest import SnapshotManifest
+from pyspark_dstl.materializer.names import parse_uploaded_version
+from pyspark_dstl.materializer.remote import RemoteFiles
+
+MIN_INCOMPLETE_GRACE = 300.0
+"""Seconds: the least age at which a temp file counts as left behind by a dead upload."""
+INCOMPLETE_GRACE_ATTEMPTS = 10
+"""Attempt timeouts a temp file must have outlived to count as left behind."""
+
+
+class CleanableFiles(RemoteFiles, Protocol):
+    """RemoteFiles plus what the cleanup needs from ChangelogStorage."""
+
+    @property
+    def options(self) -> ChangelogOptions: ...
+
+    async def aremove_incomplete_uploads(self, prefix: str, grace: float, *,
+                                         dry_run: bool = False) -> list[ObjectInfo]: ...
+
+
+def default_incomplete_grace(options: ChangelogOptions) -> float:
+    """How old a temp file must be before it is taken for the leftover of a dead upload.
+
+    An upload's temp file lives for one attempt (bounded by retry.attemptTimeout), though a
+    blocked write or fsync can keep its worker thread busy past the timeout: ten attempt
+    timeouts, and at least 5 minutes against paused processes and clock skew between hosts
+    sharing a file system. Removing a live one would fail that attempt, never damage an object.
+    """
+    return max(INCOMPLETE_GRACE_ATTEMPTS * options.attempt_timeout, MIN_INCOMPLETE_GRACE)
+
+
+@dataclass
+class StoreCleanup:
+    store_id: str
+    floor: int  # files below it go unless referenced
+    delete: list[ObjectInfo] = field(default_factory=list)
+    references: Counter[str] = field(default_factory=Counter)
+    unrecognized: list[str] = field(default_factory=list)  # data files without a version
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass
+class CleanupReport:
+    dry_run: bool
+    stores: list[StoreCleanup] = field(default_factory=list)
+    commit_entries: list[ObjectInfo] = field(default_factory=list)
+    unknown_stores: list[str] = field(default_factory=list)
+    incomplete_grace: float = MIN_INCOMPLETE_GRACE
+    incomplete_uploads: list[ObjectInfo] = field(default_factory=list)  # temp files removed
+
+    @property
+    def files(self) -> list[str]:
+        return ([info.path for store in self.stores for info in store.delete]
+                + [info.path for info in self.commit_entries])
+
+    @property
+    def bytes(self) -> int:
+        return (sum(info.size for store in self.stores for info in store.delete)
+                + sum(info.size for info in self.commit_entries))
+
+    @property
+    def problems(self) -> list[str]:
+        return [problem for store in self.stores for problem in store.problems]
+
+
+class Cleaner:
+    def __init__(self, storage: CleanableFiles, incomplete_grace: float | None = None) -> None:
+        self._storage = storage
+        self._grace = (default_incomplete_grace(storage.options) if incomplete_grace is None
+                       else incomplete_grace)
+        if not math.isfinite(self._grace) or self._grace < 0:
+            raise BackendError(f"incomplete_grace must be a finite number of seconds >= 0, "
+                               f"got {incomplete_grace!r}")
+
+    def run(self, entries: Sequence[CommitEntry], *, in_flight: Iterable[CheckpointInfo] = (),
+            commit_log: CommitLog | None = None, dry_run: bool = True) -> CleanupReport:
+        """Clean every store the retained `entries` name; delete nothing when dry_run."""
+        report = CleanupReport(dry_run, incomplete_grace=self._grace)
+        retained: dict[str, list[CheckpointInfo]] = {}
+        for entry in entries:
+            for info in entry.infos():
+                retained.setdefault(info.store_id, []).append(info)
+        extra: dict[str, list[CheckpointInfo]] = {}
+        for info in in_flight:
+            extra.setdefault(info.store_id, []).append(info)
+        for store_id, listing in list_stores(self._storage).items():
+            if store_id not in retained:
+                report.unknown_stores.append(store_id)
+                continue
+            report.stores.append(self.plan_store(listing, retained[store_id],
+                                                 extra.get(store_id, [])))
+        if commit_log is not None and entries:
+            report.commit_entries = commit_log.obsolete(min(e.batch_id for e in entries))
+        sweep = [store_dir(store.store_id) + "/" for store in report.stores]
+        if commit_log is not None:
+            sweep.append(posixpath.dirname(commit_log.path_of(0, 0)) + "/")
+        for prefix in sweep:
+            report.incomplete_uploads += self._storage.loop.run(
+                self._storage.aremove_incomplete_uploads(prefix, self._grace, dry_run=dry_run))
+        if not dry_run:
+            self._delete(report)
+        return report
+
+    def plan_store(self, listing: StoreDirListing, committed: list[CheckpointInfo],
+                   in_flight: list[CheckpointInfo]) -> StoreCleanup:
+        infos = committed + in_flight
+        plan = StoreCleanup(listing.store_id, _floor(committed, infos))
+        for info in infos:  # a reference count per file: how many retained things name it
+            plan.references.update(info.changelog.paths)
+            if info.materialized is not None:
+                plan.references[info.materialized.manifest_path] += 1
+        referenced_manifests = {path for path in plan.references if path.endswith(".snapshot")}
+        in_range = {obj.path for name, obj in listing.manifests if name.version >= plan.floor}
+        manifests = self._read_manifests(referenced_manifests | in_range, plan)
+        if plan.problems:
+            return plan
+        for path in referenced_manifests | in_range:
+            if path not in referenced_manifests:
+                plan.references[path] += 1  # an attempt in the retained range may adopt it
+            plan.references.update(f.dfs_path for f in manifests[path].files)
+        for obj in listing.data_files:
+            version = parse_uploaded_version(posixpath.basename(obj.path))
+            if version is None:
+                plan.unrecognized.append(obj.path)
+            elif not plan.references[obj.path] and version < plan.floor:
+                plan.delete.append(obj)
+        for name, obj in [*listing.manifests, *listing.changelogs]:
+            if not plan.references[obj.path] and name.version < plan.floor:
+                plan.delete.append(obj)
+        return plan
+
+    def _read_manifests(self, paths: set[str], plan: StoreCleanup) -> dict[str, SnapshotManifest]:
+        """The kept manifests; one that cannot be read stops the store's cleanup (the data
+        files it names are unknown)."""
+        manifests: dict[str, SnapshotManifest] = {}
+        for path in sorted(paths):
+            try:
+                manifests[path] = self._storage.loop.run(aread_manifest(self._storage, path))
+            except MaterializerError as exc:
+                plan.problems.append(f"store {plan.store_id!r}: snapshot manifest {path!r} "
+                                     f"cannot be read, the store is not cleaned: {exc}")
+        return manifests
+
+    def _delete(self, report: CleanupReport) -> None:
+        for store in report.stores:
+            # data files first, then manifests, then changelogs: a rerun finds what is left
+            order = {"data": 0, "snapshot": 1, "changelog": 2}
+            paths = sorted((info.path for info in store.delete),
+                           key=lambda p: order[_kind(p)])
+            if paths:
+                kill_point("cleanup_delete")
+                self._storage.loop.run(self._storage.adelete_many(paths))
+        if report.commit_entries:
+            kill_point("cleanup_delete")
+            self._storage.loop.run(self._storage.adelete_many(
+                [info.path for info in report.commit_entries]))
+
+
+def _floor(committed: list[CheckpointInfo], infos: list[CheckpointInfo]) -> int:
+    """Oldest retained version, or the version of the snapshot the newest checkpoint reports
+    in flight if older: uploading, or landed and not adopted yet (a later commit may still
+    adopt it, so its manifest, and with it every file it names, stays)."""
+    floor = min(info.version for info in committed)
+    pending = max(infos, key=lambda info: info.version).pending_snapshot
+    if pending is not None:
+        floor = min(floor, pending[0])
+    return floor
+
+
+def _kind(path: str) -> str:
+    if path.endswith(".snapshot"):
+        return "snapshot"
+    if path.endswith(".changelog"):
+        return "changelog"
+    return "data"
+
+
+def cleanup_checkpoint(storage: CleanableFiles, retain: int, *, dry_run: bool = True,
+                       in_flight: Iterable[CheckpointInfo] = (),
+                       incomplete_grace: float | None = None) -> CleanupReport:
+    """Keep the newest `retain` commit log entries and what they need; clean the rest.
+
+    Temp files of uploads killed halfway go once older than `incomplete_grace` seconds
+    (default: default_incomplete_grace of the storage's options).
+    """
+    commit_log = CommitLog(storage)
+    entries = commit_log.retained(retain)
+    return Cleaner(storage, incomplete_grace).run(entries, in_flight=in_flight,
+                                                  commit_log=commit_log, dry_run=dry_run)

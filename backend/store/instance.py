@@ -1,0 +1,195 @@
+"""StoreInstance: one loaded copy of a store and where it stands in its lineage.
+
+It owns the engine and the changelog writer, turns a transaction's writes into changelog
+payloads, and at commit makes them durable, adopts a finished snapshot (FLIP-158: the
+checkpoint then needs only the changelog after the snapshot's SQN, and the writer truncates
+what lies before) and asks the materializer whether to start the next one. Released cleanly,
+it leaves its directory to the next process of the host (see release_marker.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+from pyspark_dstl.backend.engines.base import Engine
+from pyspark_dstl.backend.errors import BackendError
+from pyspark_dstl.backend.faults import kill_point
+from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo, Lineage
+from pyspark_dstl.backend.lineage.naming import checkpoint_label, split_store_id
+from pyspark_dstl.backend.lineage.rules import HeaderMeta, SnapshotRef
+from pyspark_dstl.backend.lineage.snapshots import SnapshotId, SnapshotTracker
+from pyspark_dstl.backend.local.release_marker import remove_marker, write_marker
+from pyspark_dstl.backend.store.context import RootContext
+from pyspark_dstl.backend.store.position import Position
+from pyspark_dstl.backend.store.records import VersionMarker, encode_changes
+from pyspark_dstl.backend.store.txcache import TransactionCache
+from pyspark_dstl.changelog.errors import ChangelogError
+from pyspark_dstl.changelog.handle import ChangelogHandle
+from pyspark_dstl.changelog.writer import ChangelogWriter
+from pyspark_dstl.materializer.handle import MaterializedHandle
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class InstanceMetrics:
+    commits: int = 0
+    flushes: int = 0
+    records: int = 0
+    payload_bytes: int = 0
+    last_commit_seconds: float = 0.0
+    truncated_files: list[str] = field(default_factory=list)
+
+
+class StoreInstance:
+    def __init__(self, context: RootContext, store_id: str, instance_dir: str, engine: Engine,
+                 writer: ChangelogWriter, position: Position,
+                 base_unique_id: str | None = None,
+                 pending_snapshot: SnapshotId | None = None) -> None:
+        """`pending_snapshot`: one the loaded checkpoint reports as still uploading (started
+        by whoever committed it); awaited and adopted here once it landed, if in lineage."""
+        self.context = context
+        self.store_id = store_id
+        self.instance_dir = instance_dir
+        self.engine = engine
+        self.writer = writer
+        self.position = position
+        self.base_unique_id = base_unique_id  # of the version held, None when not known
+        self.dirty = False
+        awaited = pending_snapshot if pending_snapshot in position.lineage else None
+        self.snapshots = SnapshotTracker(context, store_id, awaited)
+        self.metrics = InstanceMetrics()
+        self._partition = split_store_id(store_id)[1]
+
+    def matches(self, version: int, unique_id: str | None) -> bool:
+        return (not self.dirty and self.position.version == version
+                and self.position.unique_id == unique_id)
+
+    # --- one transaction ------------------------------------------------------------------------
+
+    def begin(self, unique_id: str) -> VersionMarker:
+        """Name the files of the coming commit before anything of it can be uploaded."""
+        position = self.position
+        marker = VersionMarker(position.version + 1, unique_id, position.unique_id)
+        self._set_header(marker, position.materialized, position.lineage)
+        return marker
+
+    def write(self, marker: VersionMarker, cache: TransactionCache) -> None:
+        """Append a flush to the changelog as one payload and apply it to the engine."""
+        self._flush(marker, cache, persist_from=None)
+
+    def _flush(self, marker: VersionMarker, cache: TransactionCache,
+               persist_from: int | None) -> Future[ChangelogHandle] | None:
+        """Encode and append the cache as one payload, for a commit start persisting it, then
+        apply it to the engine while the upload runs (RocksDB's write holds the GIL, writing
+        and fsyncing the file does not). Empties the cache, also when that fails. An engine
+        that fails leaves the instance dirty; a payload persisted for a commit that then fails
+        is a file no checkpoint names, which cleanup removes like a dead attempt's."""
+        try:
+            self.snapshots.await_checkpoint()  # a background checkpoint reads this version
+            pending = cache.pending()
+            deletes = cache.deletes
+            records = len(cache)
+            payload = encode_changes(marker, [(cf, table) for cf, _, table in pending], deletes,
+                                     cache.packer())
+            self.writer.append(self._partition, payload)
+            persisting = None
+            if persist_from is not None:
+                kill_point("changelog_persist_before")
+                persisting = self.writer.persist(persist_from)
+            self.engine.apply_tables([(prefix, table, cf in deletes)
+                                      for cf, prefix, table in pending])
+        finally:
+            cache.clear()
+        self.metrics.flushes += 1
+        self.metrics.records += records
+        self.metrics.payload_bytes += len(payload)
+        return persisting
+
+    def commit(self, marker: VersionMarker, cache: TransactionCache,
+               materialize: bool = False) -> CheckpointInfo:
+        """Final flush, durable changelog, snapshot bookkeeping; returns the checkpoint info."""
+        started = time.monotonic()
+        base = self.position
+        adopted = self.snapshots.finished(base, marker.version)
+        if adopted is not None:
+            base = base.on_snapshot(adopted)
+        self._set_header(marker, base.materialized, base.lineage)
+        try:
+            persisting = self._flush(marker, cache, persist_from=base.handle.to_sqn)
+            assert persisting is not None
+            persisted = persisting.result()
+        except ChangelogError as exc:
+            self.dirty = True
+            raise BackendError(f"store {self.store_id!r}: commit of version {marker.version} "
+                               f"({marker.unique_id}) could not persist its changelog: "
+                               f"{exc}") from exc
+        kill_point("changelog_persist_after")
+        self.position = base.after_commit(marker.version, marker.unique_id, persisted)
+        self.base_unique_id = marker.base_unique_id
+        if adopted is not None:
+            self._truncate(adopted)
+        snapshot = self.snapshots.maybe_start(self.engine, self.position,
+                                              self.writer.next_sqn(), materialize)
+        if snapshot is not None:
+            self.position = self.position.on_snapshot(snapshot)
+            self._truncate(snapshot)
+        self.metrics.commits += 1
+        self.metrics.last_commit_seconds = time.monotonic() - started
+        return self.info(marker.base_unique_id)
+
+    def _truncate(self, snapshot: MaterializedHandle) -> None:
+        """FLIP-158: the writer forgets what the snapshot holds; remote files stay for cleanup."""
+        self.metrics.truncated_files.extend(self.writer.truncate(snapshot.sqn))
+
+    # --- reporting and shutdown -----------------------------------------------------------------
+
+    def info(self, base_unique_id: str | None) -> CheckpointInfo:
+        position = self.position
+        if position.unique_id is None:
+            raise BackendError(f"store {self.store_id!r}: version 0 has no checkpoint info")
+        return CheckpointInfo(self.store_id, position.version, position.unique_id,
+                              base_unique_id, position.handle, position.materialized,
+                              position.lineage, self.snapshots.in_flight)
+
+    def _set_header(self, marker: VersionMarker, materialized: MaterializedHandle | None,
+                    lineage: Lineage) -> None:
+        snapshot = None if materialized is None else SnapshotRef(
+            materialized.version, materialized.unique_id, materialized.sqn,
+            materialized.manifest_path)
+        header = HeaderMeta(self.store_id, marker.version, marker.unique_id,
+                            marker.base_unique_id, lineage, snapshot)
+        self.writer.set_header(header.to_dict(),
+                               label=checkpoint_label(marker.version, marker.unique_id))
+
+    def close(self) -> None:
+        """Close writer and engine; snapshots in flight finish on their own."""
+        try:
+            self.writer.close()
+        finally:
+            self.snapshots.await_checkpoint()
+            self.engine.close()
+
+    def release(self) -> bool:
+        """Close, leaving the directory reusable when it holds exactly a committed version:
+        flush the engine, then write the release marker, then close. True when marked."""
+        marked = False
+        if not self.dirty and self.position.unique_id is not None:
+            try:
+                self.snapshots.await_checkpoint()
+                if self.engine.persist_locally():
+                    write_marker(self.instance_dir, self.info(self.base_unique_id))
+                    marked = True
+            except (BackendError, OSError) as exc:
+                log.warning("store %r: instance %r not left for reuse: %s", self.store_id,
+                            self.instance_dir, exc)
+        try:
+            self.close()
+        except BaseException:
+            if marked:
+                remove_marker(self.instance_dir)
+            raise
+        return marked

@@ -1,0 +1,116 @@
+"""StateBackend: the per-process owner of storages, materializers and providers.
+
+One ChangelogStorage and one Materializer per checkpoint root, created on first use, so all
+stores of a root share one upload scheduler (one file per drain and directory), one connection
+pool and one snapshot worker pool. Closing it waits for uploads and snapshots in flight.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from types import TracebackType
+
+from pyspark_dstl.backend.engines.rocksdb import RocksDBSettings
+from pyspark_dstl.backend.errors import StateStoreClosedError
+from pyspark_dstl.backend.lineage.commit_log import CommitLog
+from pyspark_dstl.backend.lineage.naming import make_store_id
+from pyspark_dstl.backend.local.dirs import root_dir
+from pyspark_dstl.backend.options import BackendOptions
+from pyspark_dstl.backend.store.api import StateStoreProvider
+from pyspark_dstl.backend.store.context import RootContext
+from pyspark_dstl.backend.store.registry import load_provider_class
+from pyspark_dstl.changelog.storage_service import ChangelogStorage
+from pyspark_dstl.materializer.materializer import Materializer
+
+MATERIALIZER_DIR = "materializer"
+
+
+class StateBackend:
+    def __init__(self, options: BackendOptions | None = None) -> None:
+        self.options = options or BackendOptions()
+        self._provider_class = load_provider_class(self.options.provider_class)
+        self._rocksdb = RocksDBSettings.from_options(self.options)
+        self._roots: dict[str, RootContext] = {}
+        self._providers: dict[tuple[str, str], StateStoreProvider] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def context(self, url: str) -> RootContext:
+        """The shared parts of checkpoint root `url`, created on first use."""
+        with self._lock:
+            self._check_open()
+            context = self._roots.get(url)
+            if context is None:
+                context = self._open_root(url)
+                self._roots[url] = context
+            return context
+
+    def _open_root(self, url: str) -> RootContext:
+        local_root = root_dir(self.options.local_dir, url)
+        storage = ChangelogStorage(url, self.options.changelog)
+        try:
+            materializer = Materializer(storage, self.options.materialization,
+                                        os.path.join(local_root, MATERIALIZER_DIR))
+        except BaseException:
+            storage.close()
+            raise
+        return RootContext(url, storage, materializer, self.options, local_root, self._rocksdb)
+
+    def provider(self, url: str, operator: str, partition: int) -> StateStoreProvider:
+        """The provider of one store; the same object for the same store while open."""
+        store_id = make_store_id(operator, partition)
+        context = self.context(url)
+        with self._lock:
+            self._check_open()
+            key = (url, store_id)
+            provider = self._providers.get(key)
+            if provider is None:
+                provider = self._provider_class(context, store_id)
+                self._providers[key] = provider
+            return provider
+
+    def release(self, url: str, operator: str, partition: int) -> None:
+        """Close one store's provider (e.g. when a partition moves elsewhere)."""
+        with self._lock:
+            provider = self._providers.pop((url, make_store_id(operator, partition)), None)
+        if provider is not None:
+            provider.close()
+
+    def commit_log(self, url: str) -> CommitLog:
+        return CommitLog(self.context(url).storage)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            providers, self._providers = list(self._providers.values()), {}
+            roots, self._roots = list(self._roots.values()), {}
+        errors: list[BaseException] = []
+        for provider in providers:
+            _collect(errors, provider.close)
+        for root in roots:
+            _collect(errors, root.materializer.close)
+            _collect(errors, root.storage.close)
+        if errors:
+            raise errors[0]
+
+    def __enter__(self) -> StateBackend:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StateStoreClosedError("the state backend is closed")
+
+
+def _collect(errors: list[BaseException], action: Callable[[], None]) -> None:
+    try:
+        action()
+    except Exception as exc:  # keep closing the rest; the first error is re-raised
+        errors.append(exc)

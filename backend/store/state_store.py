@@ -1,0 +1,229 @@
+"""ChangelogStateStore: one transaction on a StoreInstance, with a write cache in front.
+
+Writes go to the transaction cache (coalesced per key, read back by get). The cache is flushed
+to the engine and the changelog at commit, before any scan (so scans see this transaction's
+writes) and whenever it grows past its limits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+from pyspark_dstl.backend.errors import StateStoreClosedError
+from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
+from pyspark_dstl.backend.store.api import StateStore
+from pyspark_dstl.backend.store.instance import StoreInstance
+from pyspark_dstl.backend.store.records import DEFAULT_CF, VersionMarker, cf_prefix
+from pyspark_dstl.backend.store.txcache import ABSENT, TransactionCache
+
+OPEN, COMMITTED, ABORTED = "open", "committed", "aborted"
+
+
+class ChangelogStateStore(StateStore):
+    def __init__(self, instance: StoreInstance, marker: VersionMarker,
+                 load_metrics: Mapping[str, Any], on_end: Callable[[ChangelogStateStore], None],
+                 ) -> None:
+        self._instance = instance
+        self._marker = marker
+        options = instance.context.options
+        self._cache = TransactionCache(options.tx_cache_max_entries, options.tx_cache_max_bytes)
+        self._engine_get = instance.engine.get
+        self._state = OPEN
+        self._flushed = False
+        self._load_metrics = dict(load_metrics)
+        self._on_end = on_end
+        self._info: CheckpointInfo | None = None
+
+    @property
+    def store_id(self) -> str:
+        return self._instance.store_id
+
+    @property
+    def version(self) -> int:
+        return self._marker.version - 1
+
+    @property
+    def unique_id(self) -> str:
+        return self._marker.unique_id
+
+    @property
+    def is_open(self) -> bool:
+        return self._state == OPEN
+
+    # --- reads ------------------------------------------------------------------------------
+
+    # get inlines TransactionCache.lookup: it needs the column's prefix too for the engine read
+
+    def get(self, key: bytes, cf: str = DEFAULT_CF) -> bytes | None:
+        if self._state is not OPEN:
+            self._check_open()
+        try:
+            table, prefix, _ = self._cache.columns[cf]
+        except (KeyError, TypeError):  # a new or an invalid column family
+            table, prefix, _ = self._cache.column(cf)
+        if type(key) is not bytes:
+            key = bytes(key)  # a bytearray or memoryview reads like its bytes
+        value = table.get(key, ABSENT)
+        if value is ABSENT:
+            return self._engine_get(prefix + key)
+        return value
+
+    def multi_get(self, keys: Iterable[bytes], cf: str = DEFAULT_CF) -> list[bytes | None]:
+        self._check_open()
+        table, prefix, _ = self._cache.column(cf)
+        keys = [key if type(key) is bytes else bytes(key) for key in keys]
+        results: list[bytes | None] = [None] * len(keys)
+        missing: list[int] = []
+        for index, key in enumerate(keys):
+            value = table.get(key, ABSENT)
+            if value is ABSENT:
+                missing.append(index)
+            else:
+                results[index] = value
+        values = self._instance.engine.multi_get([prefix + keys[i] for i in missing])
+        for index, value in zip(missing, values, strict=True):
+            results[index] = value
+        return results
+
+    def prefix_scan(self, prefix: bytes, cf: str = DEFAULT_CF) -> Iterator[tuple[bytes, bytes]]:
+        self._check_open()
+        self._flush()
+        start = cf_prefix(cf)
+        return ((raw[len(start):], value)
+                for raw, value in self._instance.engine.scan(start + bytes(prefix)))
+
+    def iterator(self, cf: str = DEFAULT_CF) -> Iterator[tuple[bytes, bytes]]:
+        return self.prefix_scan(b"", cf)
+
+    def column_families(self) -> list[str]:
+        self._check_open()
+        self._flush()
+        return self._instance.engine.column_families()
+
+    # --- writes -----------------------------------------------------------------------------
+
+    def put(self, key: bytes, value: bytes, cf: str = DEFAULT_CF) -> None:
+        if self._state is not OPEN:
+            self._check_open()
+        cache = self._cache
+        if type(key) is not bytes or type(value) is not bytes:
+            cache.column(cf)  # an invalid column family is reported before a bad type
+            key, value = self._as_bytes(key, value)
+        if cache.put(cf, key, value):
+            self._flush()
+
+    def put_many(self, items: Iterable[tuple[bytes, bytes]], cf: str = DEFAULT_CF) -> None:
+        """put() for every item, in order, with one check of the store and the cf."""
+        self._check_open()
+        cache = self._cache
+        cache.column(cf)
+        put = cache.put
+        for key, value in items:
+            if type(key) is not bytes or type(value) is not bytes:
+                key, value = self._as_bytes(key, value)
+            if put(cf, key, value):
+                self._flush()
+
+    def remove(self, key: bytes, cf: str = DEFAULT_CF) -> None:
+        if self._state is not OPEN:
+            self._check_open()
+        cache = self._cache
+        cache.column(cf)
+        if type(key) is not bytes:
+            key = self._key_as_bytes(key)
+        cache.remove(cf, key)
+        if cache.entries >= cache.max_entries or cache.bytes >= cache.max_bytes:
+            self._flush()
+
+    def remove_many(self, keys: Iterable[bytes], cf: str = DEFAULT_CF) -> None:
+        """remove() for every key, in order, with one check of the store and the cf."""
+        self._check_open()
+        cache = self._cache
+        cache.column(cf)
+        remove = cache.remove
+        for key in keys:
+            if type(key) is not bytes:
+                key = self._key_as_bytes(key)
+            remove(cf, key)
+            if cache.entries >= cache.max_entries or cache.bytes >= cache.max_bytes:
+                self._flush()
+
+    # --- end of the transaction -------------------------------------------------------------
+
+    def commit(self, *, materialize: bool = False) -> CheckpointInfo:
+        self._check_open()
+        try:
+            info = self._instance.commit(self._marker, self._cache, materialize)
+        except BaseException:
+            self._instance.dirty = True
+            self._end(ABORTED)
+            raise
+        self._info = info
+        self._end(COMMITTED)
+        return info
+
+    def abort(self) -> None:
+        """Drop the transaction; after a flush the local copy is stale and gets reloaded."""
+        if self._state != OPEN:
+            return
+        self._cache.clear()
+        if self._flushed:
+            self._instance.dirty = True
+        self._end(ABORTED)
+
+    def metrics(self) -> Mapping[str, Any]:
+        instance = self._instance.metrics
+        snapshots = self._instance.snapshots
+        position = self._instance.position
+        return {
+            **self._load_metrics,
+            "state": self._state,
+            "cache_entries": len(self._cache),
+            "cache_bytes": self._cache.size_bytes,
+            "commits": instance.commits,
+            "flushes": instance.flushes,
+            "records_written": instance.records,
+            "payload_bytes": instance.payload_bytes,
+            "last_commit_seconds": instance.last_commit_seconds,
+            "snapshots_started": snapshots.started,
+            "snapshots_adopted": snapshots.adopted,
+            "snapshots_dropped": snapshots.dropped,
+            "snapshots_dropped_missing_files": snapshots.missing_files,
+            "snapshot_checkpoint_wait_seconds": snapshots.write_wait_seconds,
+            "snapshot_pending": snapshots.in_flight is not None,
+            "changelog_bytes_since_snapshot": position.handle.size,
+            "materialized_version": (position.materialized.version
+                                     if position.materialized else None),
+            "estimated_keys": self._instance.engine.estimated_keys(),
+        }
+
+    # --- internals --------------------------------------------------------------------------
+
+    def _flush(self) -> None:
+        if len(self._cache):
+            self._flushed = True
+            self._instance.write(self._marker, self._cache)
+
+    def _as_bytes(self, key: object, value: object) -> tuple[bytes, bytes]:
+        """Keys and values of a bytes subclass as plain bytes; TypeError for anything else."""
+        if not isinstance(key, bytes) or not isinstance(value, bytes):
+            raise TypeError(f"store {self.store_id!r}: keys and values must be bytes, got "
+                            f"{type(key).__name__} / {type(value).__name__}")
+        return bytes(key), bytes(value)
+
+    def _key_as_bytes(self, key: object) -> bytes:
+        if not isinstance(key, bytes):
+            raise TypeError(f"store {self.store_id!r}: keys must be bytes, got "
+                            f"{type(key).__name__}")
+        return bytes(key)
+
+    def _end(self, state: str) -> None:
+        self._state = state
+        self._cache.release()
+        self._on_end(self)
+
+    def _check_open(self) -> None:
+        if self._state != OPEN:
+            raise StateStoreClosedError(f"store {self.store_id!r} (version {self.version}, "
+                                        f"id {self.unique_id}) is {self._state}")

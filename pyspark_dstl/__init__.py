@@ -1,0 +1,46 @@
+"""pyspark-dstl: a changelog state backend for PySpark Structured Streaming.
+
+The public facade. The streaming API needs pyspark (the `spark` extra), so its names load on
+first use; `import pyspark_dstl` alone does not import pyspark.
+
+    from pyspark_dstl import StatefulProcessor, stateful
+
+`DefaultSource` is the state reader: PySpark 4.3 registers the `DefaultSource` of installed
+top-level packages named `pyspark_*`, so `spark.read.format("dstl-state")` works by name.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from pyspark_dstl.core.errors import ConfigError, DstlError
+
+_SPARK_NAMES = {
+    "BatchProgress": "pyspark_dstl.backend.spark",
+    "DstlConf": "pyspark_dstl.backend.spark",
+    "StatefulProcessor": "pyspark_dstl.backend.spark",
+    "StatefulProcessorHandle": "pyspark_dstl.backend.spark",
+    "StatefulStream": "pyspark_dstl.backend.spark",
+    "VectorizedStatefulProcessor": "pyspark_dstl.backend.spark",
+    "ValueState": "pyspark_dstl.backend.spark",
+    "ListState": "pyspark_dstl.backend.spark",
+    "MapState": "pyspark_dstl.backend.spark",
+    "stateful": "pyspark_dstl.backend.spark",
+    "read_state": "pyspark_dstl.backend.spark",
+    "register_state_reader": "pyspark_dstl.backend.spark",
+    "DefaultSource": "pyspark_dstl.backend.spark.reader",
+}
+_ALIASES = {"DefaultSource": "DstlStateDataSource"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _SPARK_NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pyspark_dstl' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), _ALIASES.get(name, name))
+    globals()[name] = value
+    return value
+
+
+__all__ = ["ConfigError", "DstlError", *sorted(_SPARK_NAMES)]

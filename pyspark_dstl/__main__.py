@@ -1,0 +1,7 @@
+"""`python -m pyspark_dstl inspect|verify|cleanup <checkpoint-url>`: the checkpoint tool."""
+
+import sys
+
+from pyspark_dstl.backend.ops.cli import main
+
+sys.exit(main())
