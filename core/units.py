@@ -16,6 +16,15 @@ _DURATION_UNITS = {
     "h": 3600.0,
     "d": 86400.0,
 }
+# the words Spark's interval strings use, as in df.withWatermark("ts", "10 minutes")
+_DURATION_UNITS.update({word: seconds for words, seconds in (
+    (("microsecond", "microseconds"), 1e-6),
+    (("millisecond", "milliseconds"), 1e-3),
+    (("second", "seconds", "secs"), 1.0),
+    (("minute", "minutes", "mins"), 60.0),
+    (("hour", "hours"), 3600.0),
+    (("day", "days"), 86400.0),
+) for word in words})
 _SIZE_UNITS = {
     "b": 1,
     "k": 1024,

@@ -8,11 +8,14 @@ the stored bytes never depend on a time zone or a Python class.
 A value with a time to live is wrapped in msgpack extension type 1 holding the expiry (epoch
 milliseconds, 8 bytes big-endian) followed by the packed value. Keys are a msgpack array of the
 grouping columns' values: self-delimiting, so one key's bytes are never a prefix of another's and
-map entries can be stored under grouping key + user key and found by a prefix scan.
+map entries can be stored under grouping key + user key and found by a prefix scan. Timestamp
+and date grouping keys are extension types 2 (epoch microseconds, UTC) and 3 (epoch days), so
+a key's bytes never depend on the reader's time zone.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -23,7 +26,12 @@ import msgpack
 from pyspark_dstl.backend.spark.errors import StateDecodingError, StateEncodingError
 
 TTL_EXT_CODE = 1
+TIMESTAMP_EXT_CODE = 2
+DATE_EXT_CODE = 3
 _EXPIRY = struct.Struct(">q")
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_EPOCH_DAY = dt.date(1970, 1, 1)
+_ONE_US = dt.timedelta(microseconds=1)
 
 
 @dataclass(frozen=True)
@@ -50,6 +58,33 @@ def _ext_hook(code: int, data: bytes) -> Any:
 
 def _pack(value: Any) -> bytes:
     return msgpack.packb(value, use_bin_type=True, datetime=False, default=_default)
+
+
+def timestamp_micros(value: dt.datetime) -> int:
+    """Epoch microseconds of a datetime; a naive one is read as UTC (Spark's TIMESTAMP_NTZ)."""
+    aware = value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
+    return (aware - _EPOCH) // _ONE_US
+
+
+def _key_default(obj: Any) -> Any:
+    """Grouping keys may also hold timestamps and dates (Spark TIMESTAMP, TIMESTAMP_NTZ, DATE)."""
+    if isinstance(obj, dt.datetime):
+        return msgpack.ExtType(TIMESTAMP_EXT_CODE, _EXPIRY.pack(timestamp_micros(obj)))
+    if isinstance(obj, dt.date):
+        return msgpack.ExtType(DATE_EXT_CODE, _EXPIRY.pack((obj - _EPOCH_DAY).days))
+    stamp = getattr(obj, "to_pydatetime", None)  # pandas.Timestamp
+    if stamp is not None:
+        return _key_default(stamp())
+    return _default(obj)
+
+
+def _key_ext_hook(code: int, data: bytes) -> Any:
+    if code in (TIMESTAMP_EXT_CODE, DATE_EXT_CODE) and len(data) == _EXPIRY.size:
+        (number,) = _EXPIRY.unpack(data)
+        if code == TIMESTAMP_EXT_CODE:
+            return _EPOCH + dt.timedelta(microseconds=number)
+        return _EPOCH_DAY + dt.timedelta(days=number)
+    return _ext_hook(code, data)
 
 
 def _unpack(data: bytes) -> Any:
@@ -123,10 +158,11 @@ def encode_elements(values: Sequence[Any], expires_at_ms: int | None, what: str)
 def encode_key(key: Sequence[Any], what: str = "grouping key") -> bytes:
     """Canonical bytes of a grouping key (a tuple of column values) or a map's user key."""
     try:
-        return _pack(list(key))
+        return msgpack.packb(list(key), use_bin_type=True, datetime=False, default=_key_default)
     except (TypeError, ValueError, OverflowError) as exc:
         raise StateEncodingError(f"{what} {tuple(key)!r:.120}: {exc} (key columns must be "
-                                 f"strings, integers, floats, booleans or binary)") from exc
+                                 f"strings, integers, floats, booleans, binary, timestamps or "
+                                 f"dates)") from exc
 
 
 def encode_user_key(key: Any, what: str) -> bytes:
@@ -146,7 +182,7 @@ def decode_user_key(data: bytes, what: str) -> Any:
 
 def decode_key(data: bytes, what: str = "grouping key") -> tuple[Any, ...]:
     try:
-        value = _unpack(data)
+        value = msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_key_ext_hook)
     except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
         raise StateDecodingError(f"{what}: stored key is not valid: {exc}") from exc
     if not isinstance(value, list):
@@ -156,7 +192,8 @@ def decode_key(data: bytes, what: str = "grouping key") -> tuple[Any, ...]:
 
 def split_map_key(data: bytes, what: str) -> tuple[tuple[Any, ...], Any]:
     """(grouping key, user key) of a map state's stored key."""
-    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, use_list=False)
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, use_list=False,
+                                ext_hook=_key_ext_hook)
     unpacker.feed(data)
     try:
         group = unpacker.unpack()

@@ -39,3 +39,7 @@ class PartitioningError(DstlSparkError):
 
 class OutputSchemaError(DstlSparkError, ValueError):
     """Rows returned by a processor do not fit the declared output schema."""
+
+
+class TimerError(DstlSparkError, ValueError):
+    """A timer call is invalid: no time mode, no current key, or an expiry in the past."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,8 +25,11 @@ from pyspark_dstl.backend.ops.cleanup import cleanup_checkpoint
 from pyspark_dstl.backend.spark.conf import DstlConf
 from pyspark_dstl.backend.spark.errors import CommitValidationError, PartitionCountError
 from pyspark_dstl.backend.spark.executor import store_cache
+from pyspark_dstl.backend.spark.initial_state import InitialState
 from pyspark_dstl.backend.spark.processor import AnyProcessor
 from pyspark_dstl.backend.spark.task import META_COLUMN, PARTITION_COLUMN, TaskPlan, stateful_task
+from pyspark_dstl.backend.spark.ticks import TickDemand, write_demand
+from pyspark_dstl.backend.spark.timing import BatchClock, TimeSpec
 
 
 @dataclass(frozen=True)
@@ -38,6 +42,8 @@ class OperatorSpec:
     checkpoint: str
     partitions: int | None = None
     name: str = "stateful"
+    time: TimeSpec = field(default_factory=TimeSpec)
+    initial_state: InitialState | None = None
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,7 @@ class StageResult:
     stats: dict[int, dict[str, Any]]
     seconds: float
     cached: Any = None  # outputMode "cache": the persisted stage result (with meta rows)
+    clock: BatchClock | None = None
 
     @property
     def output_rows(self) -> int:
@@ -96,6 +103,9 @@ class BatchProgress:
     materialized_partitions: int
     load_kinds: dict[str, int]
     cleanup_deleted_files: int = 0
+    late_rows: int = 0
+    timers_fired: int = 0
+    watermark_ms: int = -1
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -170,15 +180,23 @@ class StatefulOperator:
         spark = df.sparkSession
         n = self.num_partitions(base, spark)
         keys = [F.col(name) for name in self.spec.key_columns]
-        keyed = (df.withColumn(PARTITION_COLUMN, F.pmod(F.hash(*keys), F.lit(n)))
+        source = df
+        if self.spec.initial_state is not None and base.entry is None:
+            source = self.spec.initial_state.combine(df, self.spec.key_columns)
+        keyed = (source.withColumn(PARTITION_COLUMN, F.pmod(F.hash(*keys), F.lit(n)))
                  .repartition(n, *keys))
+        clock = BatchClock.for_batch(self.spec.time, base.entry, int(time.time() * 1000))
+        zone = spark.conf.get("spark.sql.session.timeZone")  # how Arrow carries timestamps
         plan = TaskPlan(
             checkpoint=self.checkpoint, operator=self.spec.name, num_partitions=n,
-            batch_id=batch_id, now_ms=int(time.time() * 1000),
+            batch_id=batch_id, now_ms=clock.now_ms,
             key_columns=self.spec.key_columns, settings=self.conf.backend_settings,
-            input_schema=to_arrow_schema(keyed.schema),
-            output_schema=to_arrow_schema(self.spec.output_schema),
-            bases={p: info.to_dict() for p, info in base.infos(self.spec.name).items()})
+            input_schema=to_arrow_schema(keyed.schema, timezone=zone),
+            output_schema=to_arrow_schema(self.spec.output_schema, timezone=zone),
+            bases={p: info.to_dict() for p, info in base.infos(self.spec.name).items()},
+            time_mode=clock.mode, watermark_ms=clock.watermark_ms,
+            event_time_column=self.spec.time.event_time_column,
+            late_threshold_ms=clock.late_threshold_ms)
         result_schema = _result_struct(self.spec.output_schema)
         task = functools.partial(stateful_task, plan, self.spec.processor)
         mapped = keyed.mapInArrow(task, result_schema)
@@ -206,7 +224,7 @@ class StatefulOperator:
             infos[partition] = CheckpointInfo.from_dict(meta["info"])
             stats[partition] = meta["stats"]
         result = StageResult(batch_id, base, n, output, infos, stats,
-                             time.monotonic() - started, output_df)
+                             time.monotonic() - started, output_df, clock)
         try:
             self.validate(result)
         except CommitValidationError:
@@ -238,8 +256,32 @@ class StatefulOperator:
             {self.spec.name: OperatorCommit(result.num_partitions, dict(result.infos))},
             extra={"key_columns": list(self.spec.key_columns),
                    "processor": type(self.spec.processor).__name__,
-                   "output_schema": self.spec.output_schema.json()})
-        return self.commit_log().write(result.batch_id, entry)
+                   "output_schema": self.spec.output_schema.json(),
+                   **self._time_extra(result)})
+        path = self.commit_log().write(result.batch_id, entry)
+        self.publish_demand(result.batch_id, entry.extra)
+        return path
+
+    def _time_extra(self, result: StageResult) -> dict[str, Any]:
+        if result.clock is None:
+            return {}
+        return {"time": result.clock.record(result.stats.values())}
+
+    def publish_latest_demand(self) -> None:
+        """At query start: what the newest commit asked for (it may have been written by a
+        run on another host)."""
+        latest = self.commit_log().latest()
+        if latest is None:
+            self.publish_demand(None, None)
+        else:
+            self.publish_demand(latest[0], latest[1].extra)
+
+    def publish_demand(self, batch_id: int | None, extra: Mapping[str, Any] | None) -> None:
+        """Tell the tick source whether the next trigger needs a batch even without input."""
+        location = self.spec.time.tick_file
+        if location is None:
+            return
+        write_demand(location, TickDemand.from_commit(batch_id, (extra or {}).get("time")))
 
     def output_frame(self, spark: Any, result: StageResult) -> Any:
         """The stage's output as a DataFrame for the sink: from the collected Arrow data, or
@@ -308,4 +350,7 @@ def _progress(result: StageResult, path: str, sink_seconds: float, commit_second
         max_task_load_seconds=max((float(s["load_seconds"]) for s in stats), default=0.0),
         changelog_bytes=sum(int(s["changelog_bytes"]) for s in stats),
         materialized_partitions=sum(1 for s in stats if s["materialized_version"] is not None),
-        load_kinds=kinds, cleanup_deleted_files=deleted)
+        load_kinds=kinds, cleanup_deleted_files=deleted,
+        late_rows=sum(int(s.get("late_rows", 0)) for s in stats),
+        timers_fired=sum(int(s.get("timers_fired", 0)) for s in stats),
+        watermark_ms=result.clock.watermark_ms if result.clock is not None else -1)

@@ -7,14 +7,16 @@ as the processor, so a state access is a local RocksDB read, not a round trip to
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeAlias
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from pyspark_dstl.backend.spark.errors import StateVariableError
-from pyspark_dstl.backend.spark.grouping import KeyedBatch
+from pyspark_dstl.backend.spark.errors import StateVariableError, TimerError
+from pyspark_dstl.backend.spark.grouping import KeyedBatch, Keys
 from pyspark_dstl.backend.spark.state import (
     STATE_KINDS,
     KeyContext,
@@ -24,6 +26,7 @@ from pyspark_dstl.backend.spark.state import (
     ValueState,
     _StateVariable,
 )
+from pyspark_dstl.backend.spark.timers import TimerIndex
 from pyspark_dstl.core.units import parse_duration
 
 # What handle_input_rows / handle_batch may yield: a frame, Arrow data, or one row as a tuple
@@ -31,21 +34,111 @@ from pyspark_dstl.core.units import parse_duration
 Output: TypeAlias = pd.DataFrame | pa.RecordBatch | pa.Table | tuple[Any, ...]
 
 
+@dataclass(frozen=True)
+class ExpiredTimers:
+    """The due timers of one partition for a vectorized processor: key i's timer expired at
+    `expiry_ms[i]` (a key appears once per due timer, in expiry order)."""
+
+    keys: Keys
+    expiry_ms: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
 class StatefulProcessorHandle:
-    """Gives a processor its state variables and facts about the running task."""
+    """Gives a processor its state variables, its timers and facts about the running task."""
 
     def __init__(self, store: StoreAccess, context: KeyContext, batch_id: int,
                  partition_id: int) -> None:
         self._store = store
         self._context = context
         self._variables: dict[str, _StateVariable] = {}
+        self._timers = TimerIndex(store)
         self.batch_id = batch_id
         self.partition_id = partition_id
 
     @property
     def processing_time_ms(self) -> int:
-        """The batch's processing time (epoch ms), the clock of every TTL."""
+        """The batch's processing time (epoch ms), the clock of every TTL and of
+        processing-time timers."""
         return self._context.now_ms
+
+    @property
+    def watermark_ms(self) -> int:
+        """The event-time watermark of this batch (epoch ms); -1 without event time."""
+        return self._context.watermark_ms
+
+    @property
+    def time_mode(self) -> str:
+        """"none", "processing_time" or "event_time", as given to process(...)."""
+        return self._context.time_mode
+
+    # --- timers of the current key (per-key processors) ----------------------------------
+
+    def register_timer(self, expiry_ms: int) -> None:
+        """Call `handle_expired_timer(key, expiry_ms)` once the batch's processing time (or, in
+        event time, the watermark) reaches `expiry_ms`; registering it twice keeps one timer."""
+        key = self._timer_key("register_timer")
+        self._check_future(expiry_ms)
+        self._timers.register(key, expiry_ms)
+
+    def delete_timer(self, expiry_ms: int) -> None:
+        self._timers.delete(self._timer_key("delete_timer"), expiry_ms)
+
+    def list_timers(self) -> list[int]:
+        """The current key's timers, earliest first."""
+        return self._timers.of_key(self._timer_key("list_timers"))
+
+    # --- timers of many keys (vectorized processors) -------------------------------------
+
+    def register_timers(self, keys: Sequence[Sequence[Any]], expiry_ms: Iterable[int]) -> None:
+        """One timer per (key, expiry) pair."""
+        self._require_time_mode("register_timers")
+        encoded = Keys.of(keys).encoded
+        expiries = [int(e) for e in expiry_ms]
+        if len(expiries) != len(encoded):
+            raise TimerError(f"register_timers got {len(encoded)} keys and {len(expiries)} "
+                             f"expiries")
+        for key, expiry in zip(encoded, expiries, strict=True):
+            self._check_future(expiry)
+            self._timers.register(key, expiry)
+
+    def delete_timers(self, keys: Sequence[Sequence[Any]], expiry_ms: Iterable[int]) -> None:
+        self._require_time_mode("delete_timers")
+        encoded = Keys.of(keys).encoded
+        expiries = [int(e) for e in expiry_ms]
+        if len(expiries) != len(encoded):
+            raise TimerError(f"delete_timers got {len(encoded)} keys and {len(expiries)} "
+                             f"expiries")
+        for key, expiry in zip(encoded, expiries, strict=True):
+            self._timers.delete(key, expiry)
+
+    def list_timers_of(self, key: Sequence[Any]) -> list[int]:
+        self._require_time_mode("list_timers_of")
+        return self._timers.of_key(Keys.of([key]).encoded[0])
+
+    def _require_time_mode(self, call: str) -> None:
+        if self._context.time_mode == "none":
+            raise TimerError(f"{call}: timers need a time mode; pass "
+                             f"time_mode=\"processing_time\" or \"event_time\" to process(...)")
+
+    def _timer_key(self, call: str) -> bytes:
+        self._require_time_mode(call)
+        key = self._context.current
+        if key is None:
+            raise TimerError(f"{call}: no current grouping key; per-key timers work inside "
+                             f"handle_input_rows, handle_expired_timer and "
+                             f"handle_initial_state, use register_timers(keys, expiries) in a "
+                             f"vectorized processor")
+        return key
+
+    def _check_future(self, expiry_ms: int) -> None:
+        context = self._context
+        if context.time_mode == "event_time" and int(expiry_ms) <= context.watermark_ms:
+            raise TimerError(f"timer expiry {expiry_ms} ms is not later than the current "
+                             f"watermark {context.watermark_ms} ms: it would never fire in "
+                             f"order")
 
     def _declare(self, kind: str, name: str, ttl: float | str | None) -> Any:
         if not isinstance(name, str) or not name or "\x00" in name:
@@ -93,6 +186,16 @@ class StatefulProcessor(ABC):
                           rows: Iterator[pd.DataFrame]) -> Iterator[Output]:
         """Yield output for `key`: frames, Arrow batches or single rows as tuples."""
 
+    def handle_expired_timer(self, key: tuple[Any, ...], expiry_ms: int) -> Iterator[Output]:
+        """A timer of `key` is due: called after every key's input rows, also for keys with
+        no rows in the batch; the timer is deleted once this returns."""
+        return iter(())
+
+    def handle_initial_state(self, key: tuple[Any, ...],  # noqa: B027 - optional hook
+                             rows: pd.DataFrame) -> None:
+        """`key`'s rows of the initial state DataFrame: called once, in the first batch,
+        before that batch's input rows."""
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Runs after the partition's state is committed."""
 
@@ -110,6 +213,15 @@ class VectorizedStatefulProcessor(ABC):
     @abstractmethod
     def handle_batch(self, batch: KeyedBatch) -> Iterator[Output]:
         """Yield output for the whole batch: frames, Arrow batches or rows as tuples."""
+
+    def handle_expired_timers(self, timers: ExpiredTimers) -> Iterator[Output]:
+        """Every due timer of the partition at once, after `handle_batch`; they are deleted
+        once this returns."""
+        return iter(())
+
+    def handle_initial_state(self, batch: KeyedBatch) -> None:  # noqa: B027 - optional hook
+        """The partition's rows of the initial state DataFrame, grouped by key: called once,
+        in the first batch, before `handle_batch`."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Runs after the partition's state is committed."""

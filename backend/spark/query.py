@@ -13,13 +13,17 @@ from typing import Any
 
 from pyspark_dstl.backend.spark.conf import QUERY_PREFIX, DstlConf
 from pyspark_dstl.backend.spark.errors import StateVariableError
+from pyspark_dstl.backend.spark.initial_state import InitialState
 from pyspark_dstl.backend.spark.operator import BatchProgress, OperatorSpec, StatefulOperator
 from pyspark_dstl.backend.spark.processor import StatefulProcessor, VectorizedStatefulProcessor
+from pyspark_dstl.backend.spark.ticks import default_demand_file, tick_stream
+from pyspark_dstl.backend.spark.timing import TimeSpec
+from pyspark_dstl.backend.spark.validation import check_declarations, time_spec
 from pyspark_dstl.core.errors import ConfigError
 
 Sink = Callable[[Any, int], None]
 KEY_TYPES = ("string", "byte", "short", "integer", "long", "boolean", "binary", "float",
-             "double")
+             "double", "timestamp", "timestamp_ntz", "date")
 
 
 def stateful(df: Any) -> StatefulBuilder:
@@ -41,8 +45,7 @@ class StatefulBuilder:
             type_name = self._df.schema[column].dataType.typeName()
             if type_name not in KEY_TYPES:
                 raise ValueError(f"group_by: column {column!r} has type {type_name}; grouping "
-                                 f"keys must be one of {', '.join(KEY_TYPES)} (cast dates and "
-                                 f"timestamps to long or string first)")
+                                 f"keys must be one of {', '.join(KEY_TYPES)}")
         return GroupedStateful(self._df, tuple(columns))
 
 
@@ -54,12 +57,24 @@ class GroupedStateful:
     def process(self, processor: StatefulProcessor | VectorizedStatefulProcessor,
                 output_schema: Any, *, checkpoint: str | None = None,
                 partitions: int | None = None, name: str | None = None,
-                conf: Mapping[str, Any] | None = None) -> StatefulStream:
-        """`conf`: per-query spark.dstl.* settings (full or short keys) over the session's."""
+                conf: Mapping[str, Any] | None = None, time_mode: str = "none",
+                event_time: str | None = None, watermark_delay: str | float | None = None,
+                initial_state: Any = None) -> StatefulStream:
+        """`conf`: per-query spark.dstl.* settings (full or short keys) over the session's.
+
+        `time_mode`: "none", "processing_time" or "event_time" (PySpark's spellings work too).
+        `event_time` and `watermark_delay` (e.g. "10 minutes") name the event-time column and
+        how late rows may be; without them, a watermark set with df.withWatermark is used.
+        `initial_state`: `other_df.groupBy(<key columns>)`, applied once before the first batch.
+        """
         if not isinstance(processor, StatefulProcessor | VectorizedStatefulProcessor):
             raise StateVariableError(f"{type(processor).__name__} is neither a "
                                      f"StatefulProcessor nor a VectorizedStatefulProcessor")
         spark = self._df.sparkSession
+        time = time_spec(self._df, time_mode, event_time, watermark_delay)
+        check_declarations(processor)
+        initial = (None if initial_state is None
+                   else InitialState.of(initial_state, self._keys, self._df.schema))
         overrides = dict(conf or {})
         if checkpoint is not None:
             overrides[QUERY_PREFIX + "checkpointLocation"] = checkpoint
@@ -72,10 +87,15 @@ class GroupedStateful:
         if location is None:
             raise ConfigError(f"{QUERY_PREFIX}checkpointLocation: no checkpoint location; pass "
                               f"checkpoint=... or set {QUERY_PREFIX}checkpointLocation")
+        url = to_url(location)
+        if time.needs_ticks:
+            time = TimeSpec(time.mode, time.event_time_column, time.watermark_delay_ms,
+                            default_demand_file(url, settings.query.operator_name))
         spec = OperatorSpec(processor=processor, key_columns=self._keys,
                             output_schema=_struct(spark, output_schema),
-                            checkpoint=to_url(location), partitions=settings.query.partitions,
-                            name=settings.query.operator_name)
+                            checkpoint=url, partitions=settings.query.partitions,
+                            name=settings.query.operator_name, time=time,
+                            initial_state=initial)
         return StatefulStream(self._df, StatefulOperator(spec, settings))
 
 
@@ -118,7 +138,13 @@ class StatefulStream:
         location = engine_checkpoint or self.operator.conf.query.engine_checkpoint_location
         if location is None:
             location = default_engine_checkpoint(self.operator.checkpoint)
-        writer = self._df.writeStream.foreachBatch(self.run_batch)
+        source = self._df
+        tick_file = self.operator.spec.time.tick_file
+        if tick_file is not None:
+            self.operator.publish_latest_demand()
+            source = source.unionByName(tick_stream(source.sparkSession, source.schema,
+                                                    tick_file))
+        writer = source.writeStream.foreachBatch(self.run_batch)
         writer = writer.option("checkpointLocation", location)
         if trigger:
             writer = writer.trigger(**dict(trigger))

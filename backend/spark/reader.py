@@ -10,6 +10,7 @@ Keys and values are JSON text (bytes as base64 strings), so any stored value fit
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import json
 import shutil
 import tempfile
@@ -31,6 +32,7 @@ from pyspark_dstl.backend.spark.codec import (
 )
 from pyspark_dstl.backend.spark.conf import QUERY_PREFIX, DstlConf
 from pyspark_dstl.backend.spark.errors import StateDecodingError
+from pyspark_dstl.backend.spark.timers import BY_EXPIRY_CF, BY_KEY_CF, EXPIRY_WIDTH, expiry_of
 from pyspark_dstl.backend.store.state_backend import StateBackend
 from pyspark_dstl.changelog.storage_service import ChangelogStorage
 from pyspark_dstl.core.errors import ConfigError
@@ -146,6 +148,12 @@ def state_rows(partition: int, cf: str,
             value, expires = decode_value_with_expiry(raw, name)
             yield (partition, name, kind, _json(list(group)), _json(user_key), _json(value),
                    expires)
+        elif cf == BY_EXPIRY_CF:
+            return  # the same timers as timers/by_key, in expiry order
+        elif cf == BY_KEY_CF:
+            group, expiry = decode_key(key[:-EXPIRY_WIDTH], "timer"), expiry_of(
+                key[-EXPIRY_WIDTH:])
+            yield (partition, "timers", "timer", _json(list(group)), None, _json(expiry), expiry)
         else:
             raise StateDecodingError(f"column family {cf!r} of partition {partition} is not "
                                      f"state written by backend.spark")
@@ -158,6 +166,8 @@ def _json(value: Any) -> str:
 def _bytes_as_base64(value: Any) -> Any:
     if isinstance(value, bytes):
         return base64.b64encode(value).decode("ascii")
+    if isinstance(value, dt.date):  # timestamp and date grouping keys
+        return value.isoformat()
     raise TypeError(f"cannot show a {type(value).__name__} as JSON")
 
 

@@ -44,13 +44,21 @@ class StoreAccess(Protocol):
     def prefix_scan(self, prefix: bytes, cf: str) -> Iterator[tuple[bytes, bytes]]: ...
 
 
+TIME_MODES = ("none", "processing_time", "event_time")
+NO_TIME = -1  # what a time of a mode that has no such time reads (as PySpark's TimerValues)
+
+
 @dataclass
 class KeyContext:
-    """What the running task shares with its state variables."""
+    """What the running task shares with its state variables: the batch's times and the key
+    being processed. `now_ms` is the batch's processing time (the clock of every TTL);
+    `watermark_ms` the event-time watermark timers fire at (NO_TIME without event time)."""
 
     now_ms: int
     current: bytes | None = None
     batch_keys: list[bytes] = field(default_factory=list)
+    watermark_ms: int = NO_TIME
+    time_mode: str = "none"
 
     def require_current(self, what: str) -> bytes:
         if self.current is None:

@@ -17,10 +17,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
+from pyspark_dstl.backend.spark import initial_state
 from pyspark_dstl.backend.spark.errors import PartitioningError
+from pyspark_dstl.backend.spark.event_time import drop_late_rows, max_event_time_ms
 from pyspark_dstl.backend.spark.executor import store_cache
 from pyspark_dstl.backend.spark.processor import AnyProcessor
-from pyspark_dstl.backend.spark.runner import run_processor
+from pyspark_dstl.backend.spark.runner import BatchTimes, run_processor
+from pyspark_dstl.backend.spark.state import NO_TIME
 
 META_COLUMN = "__dstl_meta"
 PARTITION_COLUMN = "__dstl_partition"
@@ -40,6 +43,14 @@ class TaskPlan:
     input_schema: pa.Schema
     output_schema: pa.Schema
     bases: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
+    time_mode: str = "none"
+    watermark_ms: int = NO_TIME  # timers fire at or before it (event time)
+    event_time_column: str | None = None
+    late_threshold_ms: int | None = None  # rows at or before it are late and dropped
+
+    @property
+    def times(self) -> BatchTimes:
+        return BatchTimes(self.now_ms, self.watermark_ms, self.time_mode)
 
     @property
     def result_schema(self) -> pa.Schema:
@@ -57,7 +68,13 @@ def stateful_task(plan: TaskPlan, processor: AnyProcessor,
         raise PartitioningError("the stateful task must run inside a Spark task")
     partition, attempt = context.partitionId(), context.attemptNumber()
     started = time.monotonic()
-    table = _own_rows(plan, partition, batches)
+    table, initial = initial_state.split(_own_rows(plan, partition, batches), plan.key_columns)
+    newest_event_ms, late_rows = None, 0
+    if plan.event_time_column is not None:
+        newest_event_ms = max_event_time_ms(table, plan.event_time_column)
+        if plan.late_threshold_ms is not None:
+            table, late_rows = drop_late_rows(table, plan.event_time_column,
+                                              plan.late_threshold_ms)
     base = plan.bases.get(partition)
     base_info = CheckpointInfo.from_dict(base) if base is not None else None
     with store_cache().provider(plan.settings, plan.checkpoint, plan.operator,
@@ -66,9 +83,11 @@ def stateful_task(plan: TaskPlan, processor: AnyProcessor,
                  else provider.get_store(0))
         loaded = time.monotonic()
         try:
-            output, keys = run_processor(
+            result = run_processor(
                 processor, store, table, plan.key_columns, plan.output_schema,
-                batch_id=plan.batch_id, partition_id=partition, now_ms=plan.now_ms)
+                batch_id=plan.batch_id, partition_id=partition, times=plan.times,
+                initial_state=initial)
+            output = result.output
             processed = time.monotonic()
             info = store.commit()
         except BaseException as exc:
@@ -81,8 +100,13 @@ def stateful_task(plan: TaskPlan, processor: AnyProcessor,
     stats = {
         "partition": partition,
         "attempt": attempt,
-        "input_rows": table.num_rows,
-        "keys": keys,
+        "input_rows": table.num_rows + late_rows,
+        "late_rows": late_rows,
+        "initial_state_rows": 0 if initial is None else initial.num_rows,
+        "keys": result.keys,
+        "timers_fired": result.timers_fired,
+        "next_timer_ms": result.next_timer_ms,
+        "max_event_time_ms": newest_event_ms,
         "output_rows": output.num_rows,
         "load_seconds": loaded - started,
         "process_seconds": processed - loaded,
