@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +22,7 @@ from pyspark_dstl.changelog.files import (
 from pyspark_dstl.changelog.format import ChangeSet, EncodedFile, LogHeader, encode_file
 from pyspark_dstl.changelog.handle import ChangelogHandle
 
+ROOT = Path(__file__).resolve().parents[1]
 PATH = "state/0/3/7_ab12.changelog"
 STORE = "op/0/store-a"
 OTHER = "op/0/store-b"
@@ -139,3 +142,22 @@ def test_a_missing_file_raises_object_not_found_naming_it(storage: ChangelogStor
     with pytest.raises(ObjectNotFoundError) as caught:
         read_file_log(storage, PATH, STORE)
     assert caught.value.path == PATH
+
+
+def imported_modules(source: Path) -> set[str]:
+    modules: set[str] = set()
+    for node in ast.walk(ast.parse(source.read_text(), str(source))):
+        if isinstance(node, ast.Import):
+            modules.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            modules.add(node.module)
+            modules.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return modules
+
+
+def test_only_the_changelog_imports_its_file_layout() -> None:
+    users = {str(source.relative_to(ROOT))
+             for room in ("backend", "materializer")
+             for source in (ROOT / room).rglob("*.py")
+             if "pyspark_dstl.changelog.format" in imported_modules(source)}
+    assert users == set()
