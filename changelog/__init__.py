@@ -14,6 +14,7 @@ from pyspark_dstl.changelog.errors import (
     UploadFailedError,
     WriterClosedError,
 )
+from pyspark_dstl.changelog.files import LogInFile, read_file_header, read_file_log
 from pyspark_dstl.changelog.format import ChangeSet, LogHeader
 from pyspark_dstl.changelog.handle import ChangelogHandle, Segment
 from pyspark_dstl.changelog.reader import ChangelogReader
@@ -36,6 +37,7 @@ __all__ = [
     "FormatError",
     "HandleError",
     "LogHeader",
+    "LogInFile",
     "ObjectExistsError",
     "ObjectInfo",
     "ObjectNotFoundError",
@@ -49,4 +51,6 @@ __all__ = [
     "UploadFailedError",
     "WriterClosedError",
     "open_storage",
+    "read_file_header",
+    "read_file_log",
 ]

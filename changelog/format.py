@@ -340,13 +340,13 @@ def _decode_frame(view: memoryview, path: str, base: int, position: int,
 
 def read_file(data: bytes | memoryview, path: str) -> tuple[FileHeader, list[ChangeSet]]:
     """Decode a whole file, verifying every checksum, the footer and the per-log layout."""
-    header, frames = _read_located(data, path)
+    header, frames = read_file_located(data, path)
     return header, [change_set for _, _, change_set in frames]
 
 
 def verify_file(data: bytes | memoryview, path: str) -> FileSummary:
     """Check a whole file like read_file and summarize it per log."""
-    header, frames = _read_located(data, path)
+    header, frames = read_file_located(data, path)
     logs = []
     for log in header.logs:
         mine = [(length, cs) for _, length, cs in frames if cs.log_id == log.log_id]
@@ -362,8 +362,9 @@ def verify_file(data: bytes | memoryview, path: str) -> FileSummary:
     return FileSummary(path, header, len(memoryview(data)), len(frames), tuple(logs))
 
 
-def _read_located(data: bytes | memoryview,
-                  path: str) -> tuple[FileHeader, list[tuple[int, int, ChangeSet]]]:
+def read_file_located(data: bytes | memoryview,
+                      path: str) -> tuple[FileHeader, list[tuple[int, int, ChangeSet]]]:
+    """Check a whole file like read_file; each change set with its frame's (offset, length)."""
     header, position = decode_header(data, path)
     view = memoryview(data)
     size = len(view)

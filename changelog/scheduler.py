@@ -8,23 +8,20 @@ drain writes one file per writer directory, each writer's change sets contiguous
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextlib
 import logging
 import threading
-import time
 import uuid
-from collections import deque
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Protocol
+from dataclasses import dataclass
 
 from pyspark_dstl.changelog.config import ChangelogOptions
-from pyspark_dstl.changelog.errors import ChangelogError, UploadFailedError, WriterClosedError
+from pyspark_dstl.changelog.errors import UploadFailedError, WriterClosedError
 from pyspark_dstl.changelog.format import ChangeSet, LogHeader, encode_file
 from pyspark_dstl.changelog.handle import Segment
+from pyspark_dstl.changelog.limiter import InFlightLimiter
 from pyspark_dstl.changelog.metrics import ChangelogMetrics
+from pyspark_dstl.changelog.refcounts import FileRefCounts
 from pyspark_dstl.changelog.storage.base import join_key
+from pyspark_dstl.changelog.tickets import TicketOwner, UploadTicket
 from pyspark_dstl.changelog.uploader import Uploader
 from pyspark_dstl.core.loop import EventLoopThread
 
@@ -32,201 +29,6 @@ log = logging.getLogger(__name__)
 ENCODE_IN_THREAD_BYTES = 1024 * 1024
 """Files at least this large are encoded off the event loop so other uploads keep moving."""
 FILE_SUFFIX = ".changelog"
-
-
-class TicketOwner(Protocol):
-    """What the scheduler needs from a writer (ChangelogWriter implements it)."""
-
-    @property
-    def log_id(self) -> str: ...
-
-    @property
-    def directory(self) -> str: ...
-
-    def log_header(self) -> LogHeader: ...
-
-    def claim_file_stem(self) -> str | None: ...
-
-    def on_ticket_uploaded(self, ticket: UploadTicket, path: str,
-                           segments: Mapping[int, Segment]) -> None: ...
-
-    def on_ticket_failed(self, ticket: UploadTicket) -> None: ...
-
-
-@dataclass(eq=False)
-class UploadTicket:
-    """Change sets of one writer handed to the scheduler together; resolves to their segments."""
-
-    owner: TicketOwner
-    change_sets: tuple[ChangeSet, ...]
-    size: int
-    future: concurrent.futures.Future[dict[int, Segment]] = field(
-        default_factory=concurrent.futures.Future)
-
-
-class FileRefCounts:
-    """Live change sets per uploaded file, across all writers; a file at zero is released."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._counts: dict[str, int] = {}
-
-    def register(self, path: str, change_sets: int) -> None:
-        with self._lock:
-            self._counts[path] = self._counts.get(path, 0) + change_sets
-
-    def drop(self, path: str) -> bool:
-        """One change set of `path` is gone; True when it was the last one."""
-        with self._lock:
-            left = self._counts.get(path, 0) - 1
-            if left > 0:
-                self._counts[path] = left
-                return False
-            self._counts.pop(path, None)
-            return True
-
-    def live(self, path: str) -> int:
-        with self._lock:
-            return self._counts.get(path, 0)
-
-
-class _Waiter:
-    """One caller waiting for room: a thread (event) or a coroutine (future on its loop)."""
-
-    __slots__ = ("error", "event", "future", "granted", "loop", "size")
-
-    def __init__(self, size: int, loop: asyncio.AbstractEventLoop | None = None) -> None:
-        self.size = size
-        self.granted = False
-        self.error: BaseException | None = None
-        self.loop = loop
-        self.event = threading.Event() if loop is None else None
-        self.future: asyncio.Future[None] | None = loop.create_future() if loop else None
-
-    def wake(self) -> None:
-        if self.event is not None:
-            self.event.set()
-            return
-        assert self.loop is not None and self.future is not None
-        with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits any more
-            self.loop.call_soon_threadsafe(_resolve, self.future)
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
-
-
-class InFlightLimiter:
-    """Bounds queued + uploading bytes; callers past the bound wait, first come first served.
-
-    A request larger than the whole bound is admitted when nothing else is in flight, so a
-    huge change set slows everyone down but never deadlocks.
-    """
-
-    def __init__(self, limit: int, metrics: ChangelogMetrics,
-                 must_not_block: Callable[[], bool] = lambda: False) -> None:
-        self.limit = limit
-        self._metrics = metrics
-        self._must_not_block = must_not_block
-        self._lock = threading.Lock()
-        self._in_flight = 0
-        self._waiters: deque[_Waiter] = deque()
-        self._closed = False
-
-    @property
-    def in_flight(self) -> int:
-        return self._in_flight
-
-    def _admits(self, size: int) -> bool:
-        return self._in_flight == 0 or self._in_flight + size <= self.limit
-
-    def _take_locked(self, size: int) -> None:
-        self._in_flight += size
-        self._metrics.set_gauge("in_flight_bytes", self._in_flight)
-
-    def _grant_locked(self) -> None:
-        while self._waiters and self._admits(self._waiters[0].size):
-            waiter = self._waiters.popleft()
-            self._take_locked(waiter.size)
-            waiter.granted = True
-            waiter.wake()
-
-    def _enter(self, size: int, loop: asyncio.AbstractEventLoop | None) -> _Waiter | None:
-        """Take `size` bytes now (None) or queue up and return the waiter."""
-        with self._lock:
-            if self._closed:
-                raise WriterClosedError("the changelog storage is closed")
-            if not self._waiters and self._admits(size):
-                self._take_locked(size)
-                return None
-            waiter = _Waiter(size, loop)
-            self._waiters.append(waiter)
-            return waiter
-
-    def acquire(self, size: int) -> None:
-        """Block the calling thread until `size` more bytes may be in flight (0: until not over)."""
-        waiter = self._enter(size, None)
-        if waiter is None:
-            return
-        if self._must_not_block():
-            self._abandon(waiter)
-            raise ChangelogError("the changelog is over its in-flight limit and this call would "
-                                 "block the storage's event loop; use the async variant")
-        assert waiter.event is not None
-        self._metrics.add_gauge("blocked_callers", 1)
-        began = time.monotonic()
-        try:
-            waiter.event.wait()
-        finally:
-            self._metrics.add_gauge("blocked_callers", -1)
-            self._metrics.blocked(time.monotonic() - began)
-        if waiter.error is not None:
-            raise waiter.error
-
-    async def aacquire(self, size: int) -> None:
-        """Like acquire, awaiting instead of blocking."""
-        waiter = self._enter(size, asyncio.get_running_loop())
-        if waiter is None:
-            return
-        assert waiter.future is not None
-        self._metrics.add_gauge("blocked_callers", 1)
-        began = time.monotonic()
-        try:
-            await waiter.future
-        except asyncio.CancelledError:
-            self._abandon(waiter)
-            raise
-        finally:
-            self._metrics.add_gauge("blocked_callers", -1)
-            self._metrics.blocked(time.monotonic() - began)
-        if waiter.error is not None:
-            raise waiter.error
-
-    def _abandon(self, waiter: _Waiter) -> None:
-        with self._lock:
-            if waiter.granted:
-                self._in_flight -= waiter.size
-            elif waiter in self._waiters:
-                self._waiters.remove(waiter)
-            self._grant_locked()
-            self._metrics.set_gauge("in_flight_bytes", self._in_flight)
-
-    def release(self, size: int) -> None:
-        with self._lock:
-            self._in_flight -= size
-            self._metrics.set_gauge("in_flight_bytes", self._in_flight)
-            self._grant_locked()
-
-    def close(self) -> None:
-        """Wake every waiter with WriterClosedError; later acquires fail at once."""
-        with self._lock:
-            self._closed = True
-            waiters, self._waiters = list(self._waiters), deque()
-            for waiter in waiters:
-                waiter.error = WriterClosedError("the changelog storage was closed while this "
-                                                 "call waited for upload capacity")
-                waiter.wake()
 
 
 class BatchScheduler:

@@ -22,10 +22,12 @@ from pyspark_dstl.changelog.errors import ChangelogError, WriterClosedError
 from pyspark_dstl.changelog.format import ChangeSet
 from pyspark_dstl.changelog.handle import ChangelogHandle
 from pyspark_dstl.changelog.hedging import HedgeBudget, LatencyTracker
+from pyspark_dstl.changelog.limiter import InFlightLimiter
 from pyspark_dstl.changelog.metrics import ChangelogMetrics
 from pyspark_dstl.changelog.reader import ChangelogReader
+from pyspark_dstl.changelog.refcounts import FileRefCounts
 from pyspark_dstl.changelog.retry import RetryPolicy
-from pyspark_dstl.changelog.scheduler import BatchScheduler, FileRefCounts, InFlightLimiter
+from pyspark_dstl.changelog.scheduler import BatchScheduler
 from pyspark_dstl.changelog.storage import open_storage
 from pyspark_dstl.changelog.storage.base import ObjectInfo, check_key
 from pyspark_dstl.changelog.uploader import Uploader

@@ -33,7 +33,7 @@ from main_job import local_session
 
 from pyspark_dstl.backend.spark import StatefulProcessor, StatefulProcessorHandle, stateful
 from pyspark_dstl.changelog.config import ChangelogOptions
-from pyspark_dstl.changelog.format import read_file
+from pyspark_dstl.changelog.files import read_file_log
 from pyspark_dstl.changelog.storage_service import ChangelogStorage
 
 WAL_DIR = "wal"
@@ -95,8 +95,7 @@ class WalSink:
         logged: dict[int, list[list[Any]]] = {}
         files = self.storage.list(WAL_DIR + "/")
         for info in files:
-            _, change_sets = read_file(self.storage.get(info.path), info.path)
-            for change_set in change_sets:
+            for _, change_set in read_file_log(self.storage, info.path, LOG_ID).located:
                 for _, payload in change_set.entries:
                     record = msgpack.unpackb(payload)
                     logged.setdefault(record["batch_id"], record["rows"])

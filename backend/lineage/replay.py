@@ -2,7 +2,8 @@
 
 Two sources: a ChangelogHandle (the normal restore from a CheckpointInfo; read in bounded
 groups of segments) or whole changelog files of a ReplayPlan (the self-contained restore), for
-which the handle of what was replayed is rebuilt from the frames' positions.
+which changelog.files reads each file whole and names the segment of every change set, so the
+handle of what was replayed can be rebuilt.
 """
 
 from __future__ import annotations
@@ -17,14 +18,9 @@ from pyspark_dstl.backend.errors import CorruptCheckpointError, LineageError
 from pyspark_dstl.backend.lineage.resolver import ReplayPlan
 from pyspark_dstl.backend.lineage.rules import MarkerCheck
 from pyspark_dstl.backend.store.records import decode_writes, physical_keys
+from pyspark_dstl.changelog import ChangeSet
 from pyspark_dstl.changelog.errors import ChangelogError, FormatError, ObjectNotFoundError
-from pyspark_dstl.changelog.format import (
-    FOOTER_SIZE,
-    ChangeSet,
-    decode_header,
-    iter_frames,
-    read_file,
-)
+from pyspark_dstl.changelog.files import LogInFile, read_file_log
 from pyspark_dstl.changelog.handle import ChangelogHandle, Segment
 from pyspark_dstl.changelog.storage_service import ChangelogStorage, SyncReader
 
@@ -166,17 +162,10 @@ def replay_files(storage: ChangelogStorage, store_id: str, plan: ReplayPlan, fro
     for version, _, paths in plan.steps:
         seen: dict[int, bytes] = {}  # SQN -> digest, for this commit's files
         for path in paths:
-            data = _read_whole(storage, store_id, version, path)
-            try:
-                _, change_sets = read_file(data, path)
-                positions = _frame_positions(data, path)
-            except FormatError as exc:
-                raise CorruptCheckpointError(f"store {store_id!r}: {exc}") from exc
+            log = _read_log(storage, store_id, version, path)
             stats.files += 1
-            stats.bytes += len(data)
-            for (offset, length), change_set in zip(positions, change_sets, strict=True):
-                if change_set.log_id != store_id:
-                    continue
+            stats.bytes += log.file_size
+            for segment, change_set in log.located:
                 where = f"change set {change_set.sqn} in {path!r}"
                 digest = _digest(change_set)
                 if change_set.sqn < next_sqn:
@@ -186,20 +175,21 @@ def replay_files(storage: ChangelogStorage, store_id: str, plan: ReplayPlan, fro
                     continue
                 seen[change_set.sqn] = digest
                 apply_change_set(writes, change_set, check, where, stats)
-                segments.append(Segment(change_set.sqn, change_set.sqn + 1, path, offset,
-                                        length, change_set.key_groups))
+                segments.append(segment)
                 next_sqn = change_set.sqn + 1
     writes.flush()
     check.finish(f"the changelog files of versions {[v for v, _, _ in plan.steps]}")
     return ChangelogHandle.of(store_id, from_sqn, next_sqn, segments), stats
 
 
-def _read_whole(storage: ChangelogStorage, store_id: str, version: int, path: str) -> bytes:
+def _read_log(storage: ChangelogStorage, store_id: str, version: int, path: str) -> LogInFile:
     try:
-        return storage.get(path)
+        return read_file_log(storage, path, store_id)
     except ObjectNotFoundError as exc:
         raise LineageError(f"store {store_id!r}: changelog file {path!r} of version "
                            f"{version} disappeared") from exc
+    except FormatError as exc:
+        raise CorruptCheckpointError(f"store {store_id!r}: {exc}") from exc
     except ChangelogError as exc:
         raise LineageError(f"store {store_id!r}: cannot read {path!r}: {exc}") from exc
 
@@ -212,11 +202,3 @@ def _digest(change_set: ChangeSet) -> bytes:
         digest.update(payload)
     return digest.digest()
 
-
-def _frame_positions(data: bytes, path: str) -> list[tuple[int, int]]:
-    """(offset, length) of every frame of a verified file."""
-    _, start = decode_header(data, path)
-    end = len(data) - FOOTER_SIZE
-    offsets = [offset for offset, _ in iter_frames(memoryview(data)[start:end], path, start)]
-    bounds = [*offsets[1:], end]
-    return [(offset, bound - offset) for offset, bound in zip(offsets, bounds, strict=True)]

@@ -15,11 +15,9 @@ from pyspark_dstl.backend.errors import CorruptCheckpointError, LineageError
 from pyspark_dstl.backend.lineage.naming import store_dir
 from pyspark_dstl.backend.lineage.rules import HeaderMeta
 from pyspark_dstl.backend.ops.listing import list_store_dir
-from pyspark_dstl.changelog.errors import ChangelogError, FormatError, TruncatedFileError
-from pyspark_dstl.changelog.format import decode_header
+from pyspark_dstl.changelog.errors import ChangelogError, FormatError
+from pyspark_dstl.changelog.files import read_file_header
 from pyspark_dstl.changelog.storage_service import ChangelogStorage
-
-HEADER_PROBE_BYTES = 64 * 1024
 
 
 @dataclass
@@ -58,11 +56,7 @@ class ReplayPlan:
 def read_header(storage: ChangelogStorage, store_id: str, path: str) -> HeaderMeta:
     """The commit header of one changelog file (reads only its first bytes when it can)."""
     try:
-        data = storage.get(path, 0, HEADER_PROBE_BYTES)
-        try:
-            header, _ = decode_header(data, path)
-        except TruncatedFileError:
-            header, _ = decode_header(storage.get(path), path)
+        header = read_file_header(storage, path)
     except FormatError as exc:
         raise CorruptCheckpointError(f"store {store_id!r}: changelog file {path!r} has an "
                                      f"unreadable header: {exc}") from exc

@@ -7,7 +7,7 @@ from pyspark_dstl.backend.lineage.commit_log import CommitLog, decode_entry
 from pyspark_dstl.backend.lineage.rules import HeaderMeta
 from pyspark_dstl.backend.ops.listing import StoreDirListing, list_stores
 from pyspark_dstl.changelog.errors import ChangelogError
-from pyspark_dstl.changelog.format import verify_file
+from pyspark_dstl.changelog.files import verify_file
 from pyspark_dstl.materializer.checksum import crc32_of
 from pyspark_dstl.materializer.errors import MaterializerError
 from pyspark_dstl.materializer.listing import aread_manifest
