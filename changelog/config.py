@@ -3,38 +3,31 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
+from pyspark_dstl.changelog.storage.options import ConnectionNeeds, StorageOptions
 from pyspark_dstl.core.errors import ConfigError
 from pyspark_dstl.core.settings import (
     BOOL,
     DURATION,
     FLOAT,
     INT,
-    OPTIONAL_INT,
     OPTIONAL_TEXT,
     SIZE,
     WORD,
     Options,
-    Rule,
     Section,
     conf_keys,
     setting,
+    subsection,
 )
 
 MB = 1024 * 1024
 COMPRESSIONS = ("none", "zstd")
-ADDRESSING_STYLES = ("auto", "path", "virtual")
-
-
-def _is_http_url(url: str) -> bool:
-    parts = urlsplit(url)
-    return parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
 @dataclass(frozen=True)
 class ChangelogOptions(Options):
-    """Durations are seconds, sizes are bytes."""
+    """Durations are seconds, sizes are bytes; `storage` holds the S3 connection settings."""
 
     SECTION = Section("spark.dstl.changelog.", "changelog")
 
@@ -112,29 +105,8 @@ class ChangelogOptions(Options):
     cache_max_bytes: int = setting(
         "read.cacheMaxSize", SIZE, 1024 * MB,
         "Bound of that cache (LRU), per process.", above=0)
-    # S3 (credentials: explicit, or the usual AWS environment / profile chain when None)
-    s3_endpoint_url: str | None = setting(
-        "s3.endpoint", OPTIONAL_TEXT, None, "S3 endpoint URL, for S3-compatible stores.",
-        rule=Rule("be an http:// or https:// URL", _is_http_url), shown_default="unset (AWS)")
-    s3_region: str | None = setting(
-        "s3.region", OPTIONAL_TEXT, None, "S3 region.", shown_default="`us-east-1` when unset")
-    s3_access_key_id: str | None = setting(
-        "s3.accessKeyId", OPTIONAL_TEXT, None,
-        "Explicit access key; when unset, the usual AWS chain (environment, profile, "
-        "instance role). Prefer the environment to the Spark conf for secrets.")
-    s3_secret_access_key: str | None = setting(
-        "s3.secretAccessKey", OPTIONAL_TEXT, None, "Secret of the explicit access key.")
-    s3_session_token: str | None = setting(
-        "s3.sessionToken", OPTIONAL_TEXT, None,
-        "Session token of temporary explicit credentials.")
-    s3_addressing_style: str = setting(
-        "s3.addressingStyle", WORD, "auto", "How the bucket appears in request URLs.",
-        choices=ADDRESSING_STYLES)
-    s3_max_pool_connections: int | None = setting(
-        "s3.maxPoolConnections", OPTIONAL_INT, None,
-        "HTTP connections per process: every upload plus its hedges plus parallel reads.",
-        above=0, shown_default="`(1 + hedging.maxHedges) x maxConcurrentUploads + "
-                               "read.parallelism + 4`")
+    # how to reach object storage (keys under spark.dstl.changelog.s3.)
+    storage: StorageOptions = subsection(StorageOptions, "s3.")
 
     def check_together(self) -> None:
         if self.hedge_max_delay < self.hedge_min_delay:
@@ -143,13 +115,17 @@ class ChangelogOptions(Options):
                               f"got {self.hedge_max_delay!r}")
 
     @property
+    def connection_needs(self) -> ConnectionNeeds:
+        """Every in-flight upload with all its hedges, plus parallel reads, plus a margin."""
+        wanted = ((1 + self.hedge_max_hedges) * self.max_concurrent_uploads
+                  + self.read_parallelism + 4)
+        return ConnectionNeeds(request_timeout=self.attempt_timeout, connections=wanted)
+
+    @property
     def pool_connections(self) -> int:
-        """Connections needed for every in-flight upload plus its hedges, plus parallel reads."""
-        if self.s3_max_pool_connections is not None:
-            return self.s3_max_pool_connections
-        return ((1 + self.hedge_max_hedges) * self.max_concurrent_uploads
-                + self.read_parallelism + 4)
+        """The S3 connection pool size: `s3.maxPoolConnections`, else what the log needs."""
+        return self.storage.pool_connections(self.connection_needs.connections)
 
 
 CONF_KEYS: dict[str, str] = conf_keys(ChangelogOptions)
-"""Field name -> key below spark.dstl.changelog."""
+"""Attribute path -> key below spark.dstl.changelog., e.g. "storage.s3_region": "s3.region"."""
