@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass
 
 from pyspark_dstl.changelog.config import ChangelogOptions
-from pyspark_dstl.core.errors import ConfigError
 from pyspark_dstl.core.settings import (
-    Parser,
-    parse_duration,
-    parse_int,
-    parse_size,
-    parse_text,
-    read_section,
+    DURATION,
+    INT,
+    SIZE,
+    TEXT,
+    Options,
+    Rule,
+    Section,
+    conf_keys,
+    setting,
+    subsection,
 )
 from pyspark_dstl.materializer.options import MaterializerOptions
 
@@ -25,6 +26,8 @@ CONF_PREFIX = "spark.dstl."
 DEFAULT_PROVIDER = "pyspark_dstl.backend.store.rocksdb_provider.RocksDBChangelogProvider"
 CHANGELOG_SECTION = "changelog."
 MATERIALIZATION_SECTION = "materialization."
+COMPACTION_STYLES = ("level", "universal")
+CLASS_PATH = Rule("be a 'module.Class' path", lambda path: "." in path)
 
 
 def default_local_dir() -> str:
@@ -32,96 +35,77 @@ def default_local_dir() -> str:
 
 
 @dataclass(frozen=True)
-class BackendOptions:
-    """Sizes in bytes, durations in seconds. `CONF_KEYS` maps each own field to its conf key."""
+class BackendOptions(Options):
+    """Sizes in bytes, durations in seconds; the changelog and materialization sections nest."""
 
-    provider_class: str = DEFAULT_PROVIDER
-    min_batches_to_retain: int = 100
-    local_dir: str = field(default_factory=default_local_dir)
-    lock_timeout: float = 30.0
-    tx_cache_max_entries: int = 100_000
-    tx_cache_max_bytes: int = 64 * MB
-    write_buffer_size: int = 64 * MB
-    block_cache_size: int = 128 * MB
-    max_background_jobs: int = 2
-    compaction_style: str = "level"
-    max_bytes_for_level_base: int = 256 * MB
-    target_file_size_base: int = 64 * MB
-    level0_compaction_trigger: int = 4
-    universal_max_size_amplification_percent: int = 200
-    changelog: ChangelogOptions = field(default_factory=ChangelogOptions)
-    materialization: MaterializerOptions = field(default_factory=MaterializerOptions)
+    SECTION = Section(CONF_PREFIX, "state backend")
 
-    def __post_init__(self) -> None:
-        def fail(name: str, why: str) -> None:
-            raise ConfigError(f"{CONF_PREFIX}{CONF_KEYS[name]} ({name}): {why}, "
-                              f"got {getattr(self, name)!r}")
+    provider_class: str = setting(
+        "stateStore.providerClass", TEXT, DEFAULT_PROVIDER,
+        "State store provider by class path. "
+        "`pyspark_dstl.backend.store.memory_provider.InMemoryProvider` keeps state in a dict "
+        "(small state, same files on storage).", rule=CLASS_PATH)
+    min_batches_to_retain: int = setting(
+        "stateStore.minBatchesToRetain", INT, 100,
+        "Committed versions kept restorable. Cleanup deletes only what no retained "
+        "checkpoint references, and only below the oldest retained version.", above=0)
+    local_dir: str = setting(
+        "stateStore.localDir", TEXT, factory=default_local_dir,
+        doc="Per-host directory for open RocksDB instances, restore caches and local "
+            "checkpoints. Use a fast local disk.",
+        shown_default="`<system temp>/pyspark-dstl`")
+    lock_timeout: float = setting(
+        "stateStore.lockTimeout", DURATION, 30.0,
+        "How long a task waits for another process on the same host to release a store "
+        "directory.", at_least=0)
+    tx_cache_max_entries: int = setting(
+        "stateStore.txCache.maxEntries", INT, 100_000,
+        "Writes buffered in memory per transaction before they are flushed to RocksDB and "
+        "the changelog (read-your-writes holds either way).", above=0)
+    tx_cache_max_bytes: int = setting(
+        "stateStore.txCache.maxSize", SIZE, 64 * MB, "The same bound in bytes.", above=0)
+    write_buffer_size: int = setting(
+        "rocksdb.writeBufferSize", SIZE, 64 * MB, "RocksDB memtable size, per open store.",
+        above=0)
+    block_cache_size: int = setting(
+        "rocksdb.blockCacheSize", SIZE, 128 * MB,
+        "RocksDB block cache, shared by every store of a process: one per state backend, "
+        "i.e. per process and distinct set of `spark.dstl.*` settings, not per store.",
+        above=0)
+    max_background_jobs: int = setting(
+        "rocksdb.maxBackgroundJobs", INT, 2,
+        "RocksDB flush and compaction threads per open store.", above=0)
+    compaction_style: str = setting(
+        "rocksdb.compactionStyle", TEXT, "level",
+        "`level` (leveled, dynamic level sizes) or `universal`. How much of the state a "
+        "compaction rewrites decides how many SST files consecutive snapshots share, hence "
+        "checkpoint storage and the bytes each snapshot uploads "
+        "([operations.md](operations.md), \"Compaction and checkpoint storage\").",
+        choices=COMPACTION_STYLES)
+    max_bytes_for_level_base: int = setting(
+        "rocksdb.maxBytesForLevelBase", SIZE, 256 * MB,
+        "Leveled only: target size of the first level below L0. With RocksDB's default a "
+        "state of a few hundred MB sits in one level that every L0 compaction rewrites "
+        "whole; `16MB` (with the two below at `4MB` and `2`) rewrites a slice per "
+        "compaction: lower peak, higher median checkpoint storage.", above=0)
+    target_file_size_base: int = setting(
+        "rocksdb.targetFileSizeBase", SIZE, 64 * MB,
+        "Target SST file size; smaller files let a compaction rewrite (and a snapshot "
+        "upload) less at once.", above=0)
+    level0_compaction_trigger: int = setting(
+        "rocksdb.level0CompactionTrigger", INT, 4,
+        "L0 files that start a compaction; each snapshot flushes one, and L0 files hold "
+        "overwritten versions, so a lower value keeps local (and snapshot) space "
+        "amplification lower.", above=0)
+    universal_max_size_amplification_percent: int = setting(
+        "rocksdb.universal.maxSizeAmplificationPercent", INT, 200,
+        "Universal only: how much larger than the last sorted run the rest may grow before "
+        "a full compaction.", above=0, unit="%")
+    changelog: ChangelogOptions = subsection(ChangelogOptions, CHANGELOG_SECTION)
+    materialization: MaterializerOptions = subsection(MaterializerOptions,
+                                                      MATERIALIZATION_SECTION)
 
-        if not self.provider_class or "." not in self.provider_class:
-            fail("provider_class", "must be a 'module.Class' path")
-        if not self.local_dir or not self.local_dir.strip():
-            fail("local_dir", "must not be blank")
-        if self.lock_timeout < 0:
-            fail("lock_timeout", "must not be negative")
-        for name in ("min_batches_to_retain", "tx_cache_max_entries", "tx_cache_max_bytes",
-                     "write_buffer_size", "block_cache_size", "max_background_jobs",
-                     "max_bytes_for_level_base", "target_file_size_base",
-                     "level0_compaction_trigger", "universal_max_size_amplification_percent"):
-            if getattr(self, name) < 1:
-                fail(name, "must be positive")
-        if self.compaction_style not in ("level", "universal"):
-            fail("compaction_style", "must be 'level' or 'universal'")
 
-    def with_changes(self, **changes: Any) -> BackendOptions:
-        return replace(self, **changes)
-
-    @classmethod
-    def from_conf(cls, conf: Mapping[str, Any], prefix: str = CONF_PREFIX,
-                  other_sections: Iterable[str] = ()) -> BackendOptions:
-        """Options from string settings such as Spark conf.
-
-        Every key under `prefix` must be known, except those under one of `other_sections`
-        (sub-prefixes that another component reads, e.g. "query.").
-        """
-        changes = read_section(conf, prefix, CONF_KEYS, _PARSERS, "state backend",
-                               skip=(CHANGELOG_SECTION, MATERIALIZATION_SECTION,
-                                     *other_sections))
-        changes["changelog"] = ChangelogOptions.from_conf(conf, prefix + CHANGELOG_SECTION)
-        changes["materialization"] = MaterializerOptions.from_conf(
-            conf, prefix + MATERIALIZATION_SECTION)
-        return cls(**changes)
-
-
-CONF_KEYS: dict[str, str] = {
-    "provider_class": "stateStore.providerClass",
-    "min_batches_to_retain": "stateStore.minBatchesToRetain",
-    "local_dir": "stateStore.localDir",
-    "lock_timeout": "stateStore.lockTimeout",
-    "tx_cache_max_entries": "stateStore.txCache.maxEntries",
-    "tx_cache_max_bytes": "stateStore.txCache.maxSize",
-    "write_buffer_size": "rocksdb.writeBufferSize",
-    "block_cache_size": "rocksdb.blockCacheSize",
-    "max_background_jobs": "rocksdb.maxBackgroundJobs",
-    "compaction_style": "rocksdb.compactionStyle",
-    "max_bytes_for_level_base": "rocksdb.maxBytesForLevelBase",
-    "target_file_size_base": "rocksdb.targetFileSizeBase",
-    "level0_compaction_trigger": "rocksdb.level0CompactionTrigger",
-    "universal_max_size_amplification_percent": "rocksdb.universal.maxSizeAmplificationPercent",
-}
-
-_PARSERS: dict[str, Parser] = {
-    "provider_class": parse_text,
-    "min_batches_to_retain": parse_int,
-    "local_dir": parse_text,
-    "lock_timeout": parse_duration,
-    "tx_cache_max_entries": parse_int,
-    "tx_cache_max_bytes": parse_size,
-    "write_buffer_size": parse_size,
-    "block_cache_size": parse_size,
-    "max_background_jobs": parse_int,
-    "compaction_style": parse_text,
-    "max_bytes_for_level_base": parse_size,
-    "target_file_size_base": parse_size,
-    "level0_compaction_trigger": parse_int,
-    "universal_max_size_amplification_percent": parse_int,
-}
+CONF_KEYS: dict[str, str] = conf_keys(BackendOptions)
+"""Attribute path -> key below spark.dstl., nested sections included
+(e.g. "changelog.persist_delay": "changelog.persistDelay")."""

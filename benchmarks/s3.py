@@ -17,6 +17,7 @@ from typing import Any
 from benchmarks.harness import REPO_ROOT
 from benchmarks.latency import LatencyModel
 from pyspark_dstl.changelog.config import ChangelogOptions
+from pyspark_dstl.changelog.storage.options import StorageOptions
 from tests.support.moto_server import ACCESS_KEY, REGION, SECRET_KEY
 
 
@@ -91,9 +92,10 @@ class S3Harness:
 
     def options(self, **changes: Any) -> ChangelogOptions:
         """ChangelogOptions aimed at the proxy (path addressing, the moto credentials)."""
-        return ChangelogOptions(s3_endpoint_url=self.proxy_url, s3_region=REGION,
-                                s3_access_key_id=ACCESS_KEY, s3_secret_access_key=SECRET_KEY,
-                                s3_addressing_style="path", **changes)
+        storage = StorageOptions(s3_endpoint_url=self.proxy_url, s3_region=REGION,
+                                 s3_access_key_id=ACCESS_KEY, s3_secret_access_key=SECRET_KEY,
+                                 s3_addressing_style="path")
+        return ChangelogOptions(storage=storage, **changes)
 
     def new_root(self, prefix: str = "bench") -> str:
         """A URL in a fresh bucket."""

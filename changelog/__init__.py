@@ -20,6 +20,7 @@ from pyspark_dstl.changelog.handle import ChangelogHandle, Segment
 from pyspark_dstl.changelog.reader import ChangelogReader
 from pyspark_dstl.changelog.storage import open_storage
 from pyspark_dstl.changelog.storage.base import ObjectInfo, ObjectStore
+from pyspark_dstl.changelog.storage.options import StorageOptions
 from pyspark_dstl.changelog.storage_service import ChangelogStorage, SyncReader
 from pyspark_dstl.changelog.writer import ChangelogWriter
 from pyspark_dstl.core.errors import ConfigError
@@ -46,6 +47,7 @@ __all__ = [
     "Segment",
     "SqnError",
     "StorageError",
+    "StorageOptions",
     "SyncReader",
     "TransientStorageError",
     "UploadFailedError",

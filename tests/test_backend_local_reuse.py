@@ -217,17 +217,17 @@ def test_the_memory_provider_leaves_nothing_to_take_over(tmp_path: Path) -> None
 
 def child_conf(env: BackendEnv) -> dict[str, str]:
     """What a child process needs to open the same root, as plain Spark-style settings."""
-    changelog = env.changelog
+    storage = env.changelog.storage
     conf = {"spark.dstl.stateStore.localDir": host_dir(env),
             "spark.dstl.changelog.persistDelay": "0ms",
             "spark.dstl.materialization.everyNCommits": "off",
             "spark.dstl.materialization.interval": "off"}
-    if changelog.s3_endpoint_url is not None:
-        conf.update({"spark.dstl.changelog.s3.endpoint": changelog.s3_endpoint_url,
-                     "spark.dstl.changelog.s3.region": str(changelog.s3_region),
-                     "spark.dstl.changelog.s3.accessKeyId": str(changelog.s3_access_key_id),
+    if storage.s3_endpoint_url is not None:
+        conf.update({"spark.dstl.changelog.s3.endpoint": storage.s3_endpoint_url,
+                     "spark.dstl.changelog.s3.region": str(storage.s3_region),
+                     "spark.dstl.changelog.s3.accessKeyId": str(storage.s3_access_key_id),
                      "spark.dstl.changelog.s3.secretAccessKey":
-                         str(changelog.s3_secret_access_key),
+                         str(storage.s3_secret_access_key),
                      "spark.dstl.changelog.s3.addressingStyle": "path"})
     return conf
 

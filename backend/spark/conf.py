@@ -13,66 +13,59 @@ from typing import Any
 
 from pyspark_dstl.backend.options import CONF_PREFIX, BackendOptions
 from pyspark_dstl.core.errors import ConfigError
-from pyspark_dstl.core.settings import Parser, parse_int, parse_text, parse_word, read_section
+from pyspark_dstl.core.settings import (
+    INT,
+    TEXT,
+    WORD,
+    Options,
+    Rule,
+    Section,
+    conf_keys,
+    setting,
+)
 
 QUERY_SECTION = "query."
 QUERY_PREFIX = CONF_PREFIX + QUERY_SECTION
 OUTPUT_MODES = ("collect", "cache")
+PLAIN_NAME = Rule("be a non-empty name without '/' or '..'",
+                  lambda name: "/" not in name and ".." not in name)
 
 
 @dataclass(frozen=True)
-class QueryOptions:
-    """Per-query knobs of the streaming integration; `CONF_KEYS` names their keys."""
+class QueryOptions(Options):
+    """Per-query knobs of the streaming integration, read on the driver only."""
 
-    checkpoint_location: str | None = None
-    engine_checkpoint_location: str | None = None
-    partitions: int | None = None
-    operator_name: str = "stateful"
-    output_mode: str = "collect"
-    cleanup_interval: int = 10
+    SECTION = Section(QUERY_PREFIX, "query")
 
-    def __post_init__(self) -> None:
-        def fail(name: str, why: str) -> None:
-            raise ConfigError(f"{QUERY_PREFIX}{CONF_KEYS[name]}: {why}, "
-                              f"got {getattr(self, name)!r}")
-
-        if self.checkpoint_location is not None and not self.checkpoint_location.strip():
-            fail("checkpoint_location", "must not be blank")
-        if self.engine_checkpoint_location is not None and \
-                not self.engine_checkpoint_location.strip():
-            fail("engine_checkpoint_location", "must not be blank")
-        if self.partitions is not None and self.partitions < 1:
-            fail("partitions", "must be at least 1")
-        if not self.operator_name or "/" in self.operator_name or ".." in self.operator_name:
-            fail("operator_name", "must be a non-empty name without '/' or '..'")
-        if self.output_mode not in OUTPUT_MODES:
-            fail("output_mode", f"must be one of {', '.join(OUTPUT_MODES)}")
-        if self.cleanup_interval < 0:
-            fail("cleanup_interval", "must not be negative (0 switches cleanup off)")
-
-
-CONF_KEYS: dict[str, str] = {
-    "checkpoint_location": "checkpointLocation",
-    "engine_checkpoint_location": "engineCheckpointLocation",
-    "partitions": "partitions",
-    "operator_name": "operatorName",
-    "output_mode": "outputMode",
-    "cleanup_interval": "cleanupInterval",
-}
+    checkpoint_location: str | None = setting(
+        "checkpointLocation", TEXT, None,
+        "Checkpoint root (a path, `file://`, `s3://` or any fsspec URL) when "
+        "`process(..., checkpoint=...)` does not give one.")
+    engine_checkpoint_location: str | None = setting(
+        "engineCheckpointLocation", TEXT, None, "Where Spark's own offsets and commits go.",
+        shown_default="`<checkpoint>/engine` for local checkpoints")
+    partitions: int | None = setting(
+        "partitions", INT, None,
+        "Number of state partitions; fixed once state exists (a different number fails with "
+        "a clear error).", at_least=1,
+        shown_default="as recorded in the checkpoint, else `spark.sql.shuffle.partitions`")
+    operator_name: str = setting(
+        "operatorName", TEXT, "stateful",
+        "The operator's directory under `state/` and its name in the commit log.",
+        rule=PLAIN_NAME)
+    output_mode: str = setting(
+        "outputMode", WORD, "collect",
+        "How the stateful stage's output reaches the sink, computed once per batch: "
+        "`collect` (Arrow to the driver) or `cache` (persisted on the executors, for large "
+        "outputs).", choices=OUTPUT_MODES)
+    cleanup_interval: int = setting(
+        "cleanupInterval", INT, 10,
+        "Run retention cleanup on the driver every N batches (between batches); `0` switches "
+        "it off.", at_least=0, hint="0 switches cleanup off")
 
 
-_PARSERS: dict[str, Parser] = {
-    "checkpoint_location": parse_text,
-    "engine_checkpoint_location": parse_text,
-    "partitions": parse_int,
-    "operator_name": parse_text,
-    "output_mode": parse_word,
-    "cleanup_interval": parse_int,
-}
-
-
-def _query_options(settings: Mapping[str, str]) -> QueryOptions:
-    return QueryOptions(**read_section(settings, QUERY_PREFIX, CONF_KEYS, _PARSERS, "query"))
+CONF_KEYS: dict[str, str] = conf_keys(QueryOptions)
+"""Field name -> key below spark.dstl.query."""
 
 
 def normalize_key(key: str) -> str:
@@ -109,7 +102,7 @@ class DstlConf:
     def from_settings(cls, settings: Mapping[str, str]) -> DstlConf:
         frozen = dict(sorted(settings.items()))
         backend = BackendOptions.from_conf(frozen, other_sections=(QUERY_SECTION,))
-        return cls(frozen, backend, _query_options(frozen))
+        return cls(frozen, backend, QueryOptions.from_conf(frozen))
 
     @classmethod
     def from_session(cls, spark: Any, overrides: Mapping[str, Any] | None = None) -> DstlConf:

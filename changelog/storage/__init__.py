@@ -1,13 +1,18 @@
-"""Storage backends behind one URL: file://, memory://, s3:// natively, other fsspec protocols."""
+"""Storage backends behind one URL: file://, memory://, s3:// natively, other fsspec protocols.
+
+`STORE_FACTORIES` maps a URL scheme to the function that opens its store; a scheme not in it
+goes to fsspec, and one fsspec does not know either fails naming the URL. A new backend is its
+store class plus one entry here.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from urllib.parse import unquote, urlsplit
+from typing import TYPE_CHECKING
+from urllib.parse import SplitResult, unquote, urlsplit
 
 import fsspec
 
-from pyspark_dstl.changelog.config import ChangelogOptions
 from pyspark_dstl.changelog.errors import StorageError, UnsupportedStorageError
 from pyspark_dstl.changelog.storage.base import (
     ObjectInfo,
@@ -19,54 +24,76 @@ from pyspark_dstl.changelog.storage.base import (
 from pyspark_dstl.changelog.storage.fsspec_store import FsspecStore
 from pyspark_dstl.changelog.storage.local import LocalStore
 from pyspark_dstl.changelog.storage.memory import MemoryStore
+from pyspark_dstl.changelog.storage.options import ConnectionNeeds, StorageOptions
 from pyspark_dstl.changelog.storage.s3 import S3Store
 
+if TYPE_CHECKING:
+    from pyspark_dstl.changelog.config import ChangelogOptions
+
 __all__ = [
+    "STORE_FACTORIES",
+    "ConnectionNeeds",
     "FsspecStore",
     "LocalStore",
     "MemoryStore",
     "ObjectInfo",
     "ObjectStore",
     "S3Store",
+    "StorageOptions",
+    "StoreFactory",
     "check_key",
     "join_key",
     "md5_hex",
     "open_storage",
 ]
 
-S3_SCHEMES = ("s3", "s3a")
-_Factory = Callable[[str, str], ObjectStore]
+StoreFactory = Callable[[str, SplitResult, StorageOptions, ConnectionNeeds], ObjectStore]
+"""(url, its parts, connection settings, what the changelog asks of them) -> the store."""
 
 
 def open_storage(url: str, options: ChangelogOptions) -> ObjectStore:
     """The store for `url`; an unknown scheme raises UnsupportedStorageError naming the URL."""
     parts = urlsplit(url)
-    scheme = parts.scheme.lower()
-    if scheme == "":
-        return LocalStore(url)
-    if scheme == "file":
-        if parts.netloc not in ("", "localhost"):
-            raise UnsupportedStorageError(
-                f"storage URL {url!r}: file URLs naming another host are not supported")
-        return LocalStore(unquote(parts.path))
-    if scheme == "memory":
-        return _named(url, parts.netloc, parts.path, MemoryStore)
-    if scheme in S3_SCHEMES:
-        return _named(url, parts.netloc, parts.path,
-                      lambda bucket, prefix: S3Store(bucket, prefix, options))
-    return _open_fsspec(url, scheme)
+    factory = STORE_FACTORIES.get(parts.scheme.lower(), _open_fsspec)
+    return factory(url, parts, options.storage, options.connection_needs)
 
 
-def _named(url: str, name: str, path: str, make: _Factory) -> ObjectStore:
-    if not name:
+def _open_path(url: str, parts: SplitResult, storage: StorageOptions,
+               needs: ConnectionNeeds) -> ObjectStore:
+    return LocalStore(url)
+
+
+def _open_file(url: str, parts: SplitResult, storage: StorageOptions,
+               needs: ConnectionNeeds) -> ObjectStore:
+    if parts.netloc not in ("", "localhost"):
+        raise UnsupportedStorageError(
+            f"storage URL {url!r}: file URLs naming another host are not supported")
+    return LocalStore(unquote(parts.path))
+
+
+def _open_memory(url: str, parts: SplitResult, storage: StorageOptions,
+                 needs: ConnectionNeeds) -> ObjectStore:
+    return _named(url, parts, MemoryStore)
+
+
+def _open_s3(url: str, parts: SplitResult, storage: StorageOptions,
+             needs: ConnectionNeeds) -> ObjectStore:
+    return _named(url, parts, lambda bucket, prefix: S3Store(bucket, prefix, storage, needs))
+
+
+def _named(url: str, parts: SplitResult, make: Callable[[str, str], ObjectStore]) -> ObjectStore:
+    """A store named after '//' (bucket, memory space) with an optional path prefix."""
+    if not parts.netloc:
         raise UnsupportedStorageError(f"storage URL {url!r}: missing the name after '//'")
     try:
-        return make(name, path.strip("/"))
+        return make(parts.netloc, parts.path.strip("/"))
     except StorageError as exc:
         raise UnsupportedStorageError(f"storage URL {url!r}: invalid path: {exc}") from exc
 
 
-def _open_fsspec(url: str, scheme: str) -> ObjectStore:
+def _open_fsspec(url: str, parts: SplitResult, storage: StorageOptions,
+                 needs: ConnectionNeeds) -> ObjectStore:
+    scheme = parts.scheme.lower()
     try:
         fsspec.get_filesystem_class(scheme)
     except (ValueError, ImportError) as exc:
@@ -78,3 +105,12 @@ def _open_fsspec(url: str, scheme: str) -> ObjectStore:
         raise UnsupportedStorageError(
             f"storage URL {url!r}: cannot open the {scheme!r} file system: {exc}") from exc
     return FsspecStore(fs, root, url)
+
+
+STORE_FACTORIES: dict[str, StoreFactory] = {
+    "": _open_path,
+    "file": _open_file,
+    "memory": _open_memory,
+    "s3": _open_s3,
+    "s3a": _open_s3,
+}

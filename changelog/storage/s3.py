@@ -23,7 +23,6 @@ from aiobotocore.session import AioSession, get_session
 from botocore.exceptions import ClientError
 from botocore.loaders import Loader, create_loader
 
-from pyspark_dstl.changelog.config import ChangelogOptions
 from pyspark_dstl.changelog.errors import ChangelogError, PermanentStorageError, StorageError
 from pyspark_dstl.changelog.storage.base import (
     ObjectInfo,
@@ -33,8 +32,12 @@ from pyspark_dstl.changelog.storage.base import (
     md5_hex,
 )
 from pyspark_dstl.changelog.storage.errors_map import error_code, map_s3_error
+from pyspark_dstl.changelog.storage.options import (
+    DEFAULT_REGION,
+    ConnectionNeeds,
+    StorageOptions,
+)
 
-DEFAULT_REGION = "us-east-1"
 DELETE_BATCH = 1000
 T = TypeVar("T")
 
@@ -72,13 +75,15 @@ def _no_expect_continue(params: dict[str, Any], **_: Any) -> None:
 class S3Store(ObjectStore):
     """`s3://bucket[/prefix]`; keys are stored as `prefix/key`."""
 
-    def __init__(self, bucket: str, prefix: str, options: ChangelogOptions) -> None:
+    def __init__(self, bucket: str, prefix: str, storage: StorageOptions | None = None,
+                 needs: ConnectionNeeds | None = None) -> None:
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         if self.prefix:
             check_key(self.prefix)
         self.root_url = f"s3://{bucket}" + (f"/{self.prefix}" if self.prefix else "")
-        self.options = options
+        self.storage = storage or StorageOptions()
+        self.needs = needs or ConnectionNeeds()
         self.delete_batch = DELETE_BATCH  # keys per DeleteObjects request (S3's maximum)
         self._client: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -92,13 +97,13 @@ class S3Store(ObjectStore):
         return f"{self.prefix}/{path}" if self.prefix else path
 
     def _config(self) -> AioConfig:
-        timeout = self.options.attempt_timeout
+        timeout = self.needs.request_timeout
         return AioConfig(
             retries={"total_max_attempts": 1, "mode": "standard"},
             connect_timeout=timeout,
             read_timeout=timeout,
-            max_pool_connections=self.options.pool_connections,
-            s3={"addressing_style": self.options.s3_addressing_style},
+            max_pool_connections=self.storage.pool_connections(self.needs.connections),
+            s3={"addressing_style": self.storage.s3_addressing_style},
             http_session_cls=NoResendHTTPSession,
         )
 
@@ -123,7 +128,7 @@ class S3Store(ObjectStore):
                 except Exception as exc:
                     raise PermanentStorageError(
                         f"cannot create the S3 client for {self.root_url!r} (endpoint "
-                        f"{self.options.s3_endpoint_url!r}): {exc}") from exc
+                        f"{self.storage.s3_endpoint_url!r}): {exc}") from exc
                 client.meta.events.register_last("before-call.s3", _no_expect_continue)
                 self._client = client
         return self._client
@@ -131,7 +136,7 @@ class S3Store(ObjectStore):
     def _new_client(self) -> Any:
         session: AioSession = get_session()
         session.register_component("data_loader", _shared_loader())
-        opts = self.options
+        opts = self.storage
         return session.create_client(
             "s3",
             endpoint_url=opts.s3_endpoint_url,

@@ -84,7 +84,7 @@ def workload_conf(local_dir: Path, s3: S3Env | None = None) -> dict[str, str]:
         "spark.dstl.changelog.persistDelay": "0ms",
     }
     if s3 is not None:
-        options = s3.options
+        options = s3.options.storage
         conf.update({
             "spark.dstl.changelog.s3.endpoint": str(options.s3_endpoint_url),
             "spark.dstl.changelog.s3.region": str(options.s3_region),

@@ -23,8 +23,8 @@ from pyspark_dstl.backend.spark.codec import encode_value
 from pyspark_dstl.backend.spark.errors import StateEncodingError
 from pyspark_dstl.backend.store.state_backend import StateBackend
 from pyspark_dstl.changelog.config import CONF_KEYS as CHANGELOG_KEYS
-from pyspark_dstl.changelog.config import ChangelogOptions
 from pyspark_dstl.changelog.errors import StorageError
+from pyspark_dstl.changelog.storage.options import StorageOptions
 from pyspark_dstl.changelog.storage_service import ChangelogStorage
 from pyspark_dstl.core.errors import ConfigError
 from pyspark_dstl.materializer.options import CONF_KEYS as MATERIALIZATION_KEYS
@@ -68,7 +68,7 @@ def count(workdir: Path) -> list[tuple[str, int, int]]:
     # not every garbage value is wrong for every key ("0" is a fine timeout): count refusals
     rows.append((f"settings x garbage values ({len(CHECKED_KEYS)} x {len(GARBAGE)})",
                  len(conf), sum(conf)))
-    endpoints = [refused(partial(ChangelogOptions, s3_endpoint_url=endpoint), (ConfigError,),
+    endpoints = [refused(partial(StorageOptions, s3_endpoint_url=endpoint), (ConfigError,),
                          "s3.endpoint") for endpoint in BAD_ENDPOINTS]
     rows.append(("S3 endpoints", len(endpoints), sum(endpoints)))
     providers = [refused(partial(_backend, path, workdir / "p"), (ProviderError,), path)

@@ -33,10 +33,11 @@ def verify_root(url: str, s3: S3Env | None = None) -> list[str]:
     """Problems `python -m backend verify` reports for the root (in-process)."""
     argv = ["verify", url, "--json"]
     if s3 is not None:
-        argv += ["--s3-endpoint", s3.endpoint_url, "--s3-region", str(s3.options.s3_region),
-                 "--conf", f"spark.dstl.changelog.s3.accessKeyId={s3.options.s3_access_key_id}",
+        storage = s3.options.storage
+        argv += ["--s3-endpoint", s3.endpoint_url, "--s3-region", str(storage.s3_region),
+                 "--conf", f"spark.dstl.changelog.s3.accessKeyId={storage.s3_access_key_id}",
                  "--conf",
-                 f"spark.dstl.changelog.s3.secretAccessKey={s3.options.s3_secret_access_key}",
+                 f"spark.dstl.changelog.s3.secretAccessKey={storage.s3_secret_access_key}",
                  "--conf", "spark.dstl.changelog.s3.addressingStyle=path"]
     out = io.StringIO()
     code = backend_cli(argv, out=out)

@@ -53,7 +53,7 @@ def cluster(tmp_path: Path) -> Iterator[StandaloneCluster]:
 
 
 def s3_conf(s3: S3Env) -> dict[str, str]:
-    options = s3.options
+    options = s3.options.storage
     return {"spark.dstl.changelog.s3.endpoint": str(options.s3_endpoint_url),
             "spark.dstl.changelog.s3.region": str(options.s3_region),
             "spark.dstl.changelog.s3.accessKeyId": str(options.s3_access_key_id),

@@ -8,7 +8,8 @@ Fixtures (tests/conftest.py):
 - ``fault_proxy`` (session): :class:`FaultProxy` forwarding to moto. Every test starts with it
   transparent (no rules, no latency model, empty log).
 - ``s3`` (function): :class:`S3Env` with a fresh bucket: ``url`` ("s3://<bucket>/root"),
-  ``options`` (ChangelogOptions aimed at the proxy, path addressing, dummy credentials),
+  ``options`` (ChangelogOptions whose ``storage`` aims at the proxy: path addressing, dummy
+  credentials),
   ``endpoint_url`` (the proxy), ``direct_endpoint_url`` (moto), ``proxy``, and
   ``direct_get/direct_put/direct_keys`` that bypass the proxy. For other options use
   ``s3.options.with_changes(...)``.

@@ -19,6 +19,7 @@ from botocore.exceptions import ClientError
 from moto.server import ThreadedMotoServer
 
 from pyspark_dstl.changelog.config import ChangelogOptions
+from pyspark_dstl.changelog.storage.options import StorageOptions
 from tests.support.fault_proxy import FaultProxy
 
 ACCESS_KEY = "testing"
@@ -118,9 +119,10 @@ class S3Env:
 def make_s3_env(moto: MotoServer, proxy: FaultProxy, **option_changes: Any) -> S3Env:
     """Create a bucket through moto directly and describe it as seen through the proxy."""
     bucket = moto.create_bucket()
-    options = ChangelogOptions(
+    storage = StorageOptions(
         s3_endpoint_url=proxy.url, s3_region=REGION, s3_access_key_id=ACCESS_KEY,
-        s3_secret_access_key=SECRET_KEY, s3_addressing_style="path", **option_changes)
+        s3_secret_access_key=SECRET_KEY, s3_addressing_style="path")
+    options = ChangelogOptions(storage=storage, **option_changes)
     return S3Env(bucket=bucket, url=f"s3://{bucket}/root", endpoint_url=proxy.url,
                  direct_endpoint_url=moto.endpoint_url, options=options, proxy=proxy,
                  moto=moto)

@@ -1,0 +1,72 @@
+"""open_storage picks a store by URL scheme from STORE_FACTORIES, fsspec for the rest, and
+each store gets only the settings it needs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import SplitResult
+
+import pytest
+
+from pyspark_dstl.changelog.config import ChangelogOptions
+from pyspark_dstl.changelog.errors import UnsupportedStorageError
+from pyspark_dstl.changelog.storage import (
+    STORE_FACTORIES,
+    ConnectionNeeds,
+    FsspecStore,
+    MemoryStore,
+    ObjectStore,
+    S3Store,
+    StorageOptions,
+    open_storage,
+)
+
+
+def open_as_memory(url: str, parts: SplitResult, storage: StorageOptions,
+                   needs: ConnectionNeeds) -> ObjectStore:
+    return MemoryStore(f"registered-{parts.netloc}")
+
+
+def test_a_registered_scheme_opens_the_store_of_its_factory(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(STORE_FACTORIES, "scratch", open_as_memory)
+    try:
+        store = open_storage("scratch://space/x", ChangelogOptions())
+        assert isinstance(store, MemoryStore)
+        assert store.root_url == "memory://registered-space"
+    finally:
+        MemoryStore.drop("registered-space")
+
+
+def test_a_scheme_fsspec_knows_needs_no_entry(tmp_path: Path) -> None:
+    assert "local" not in STORE_FACTORIES
+    assert isinstance(open_storage(f"local://{tmp_path}", ChangelogOptions()), FsspecStore)
+
+
+def test_a_scheme_nobody_knows_fails_naming_the_url() -> None:
+    with pytest.raises(UnsupportedStorageError, match=r"^storage URL 'nope://b/p': "):
+        open_storage("nope://b/p", ChangelogOptions())
+
+
+def test_the_s3_store_gets_the_storage_options_and_the_connection_needs_only() -> None:
+    storage = StorageOptions(s3_region="eu-west-1", s3_addressing_style="path")
+    options = ChangelogOptions(storage=storage, attempt_timeout=3.0, max_concurrent_uploads=2,
+                               hedge_max_hedges=1, read_parallelism=4)
+    store = open_storage("s3://bucket/prefix", options)
+    assert isinstance(store, S3Store)
+    assert store.storage is storage
+    assert store.needs == ConnectionNeeds(request_timeout=3.0, connections=(1 + 1) * 2 + 4 + 4)
+    assert not hasattr(store, "options")
+
+
+def test_max_pool_connections_replaces_what_the_changelog_wants() -> None:
+    wanted = ChangelogOptions().connection_needs.connections
+    assert ChangelogOptions().pool_connections == wanted
+    pinned = ChangelogOptions(storage=StorageOptions(s3_max_pool_connections=3))
+    assert pinned.pool_connections == 3
+
+
+def test_s3_settings_keep_their_changelog_keys() -> None:
+    options = ChangelogOptions.from_conf({"spark.dstl.changelog.s3.region": "eu-west-1",
+                                          "spark.dstl.changelog.s3.maxPoolConnections": "7"})
+    assert options.storage == StorageOptions(s3_region="eu-west-1", s3_max_pool_connections=7)
