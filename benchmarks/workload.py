@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 from rocksdict import Rdict, WriteBatch, WriteOptions
 
+from pyspark_dstl.backend.engines.records import encode_key
 from pyspark_dstl.backend.engines.rocksdb import RocksDBSettings
 from pyspark_dstl.backend.options import BackendOptions
 from pyspark_dstl.backend.store.api import StateStore
-from pyspark_dstl.backend.store.records import encode_key
 from pyspark_dstl.changelog.config import ChangelogOptions
 from pyspark_dstl.materializer.options import MaterializerOptions
 

@@ -13,10 +13,7 @@ import pytest
 import pyspark_dstl.backend.lineage.replay as replay
 from pyspark_dstl.backend.engines.base import Engine
 from pyspark_dstl.backend.engines.memory import MemoryEngine
-from pyspark_dstl.backend.engines.rocksdb import RocksDBEngine, RocksDBSettings
-from pyspark_dstl.backend.errors import BackendError, LineageError
-from pyspark_dstl.backend.lineage.rules import MarkerCheck
-from pyspark_dstl.backend.store.records import (
+from pyspark_dstl.backend.engines.records import (
     OP_DELETE,
     OP_PUT,
     VersionMarker,
@@ -26,6 +23,9 @@ from pyspark_dstl.backend.store.records import (
     encode_payload,
     physical_keys,
 )
+from pyspark_dstl.backend.engines.rocksdb import RocksDBEngine, RocksDBSettings
+from pyspark_dstl.backend.errors import BackendError, LineageError
+from pyspark_dstl.backend.lineage.rules import MarkerCheck
 from pyspark_dstl.changelog.format import ChangeSet
 from tests.support.backend import MEMORY, PROVIDER_IDS, PROVIDERS, file_env, state_of
 

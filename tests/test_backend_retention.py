@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from pyspark_dstl.backend.errors import BackendError
 from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
+from pyspark_dstl.backend.lineage.listing import list_store_dir
 from pyspark_dstl.backend.lineage.naming import store_dir
 from pyspark_dstl.backend.ops.cleanup import (
     MIN_INCOMPLETE_GRACE,
@@ -23,7 +24,6 @@ from pyspark_dstl.backend.ops.cleanup import (
     cleanup_checkpoint,
     default_incomplete_grace,
 )
-from pyspark_dstl.backend.ops.listing import list_store_dir
 from pyspark_dstl.changelog.config import ChangelogOptions
 from pyspark_dstl.changelog.storage.base import ObjectInfo
 from pyspark_dstl.materializer.listing import aread_manifest

@@ -7,6 +7,16 @@ import os
 
 import pytest
 
+from pyspark_dstl.backend.engines.records import (
+    OP_DELETE,
+    OP_PUT,
+    VersionMarker,
+    cf_prefix,
+    decode_payload,
+    encode_changes,
+    encode_key,
+    encode_payload,
+)
 from pyspark_dstl.backend.errors import (
     CorruptCheckpointError,
     LineageError,
@@ -23,16 +33,6 @@ from pyspark_dstl.backend.lineage.naming import (
 from pyspark_dstl.backend.lineage.rules import MarkerCheck
 from pyspark_dstl.backend.options import BackendOptions
 from pyspark_dstl.backend.store.memory_provider import InMemoryProvider
-from pyspark_dstl.backend.store.records import (
-    OP_DELETE,
-    OP_PUT,
-    VersionMarker,
-    cf_prefix,
-    decode_payload,
-    encode_changes,
-    encode_key,
-    encode_payload,
-)
 from pyspark_dstl.backend.store.registry import load_provider_class
 from pyspark_dstl.backend.store.rocksdb_provider import RocksDBChangelogProvider
 from pyspark_dstl.backend.store.txcache import TransactionCache

@@ -12,7 +12,7 @@ from contextlib import AbstractContextManager
 
 from rocksdict import Rdict
 
-from pyspark_dstl.backend.store.records import CF_SEPARATOR
+from pyspark_dstl.backend.engines.records import CF_SEPARATOR
 
 Write = tuple[bytes, bytes | None]  # physical key, value or None for a delete
 # physical key prefix, user key -> value or None for a delete, whether it may hold deletes

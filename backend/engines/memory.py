@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from rocksdict import Options, Rdict, SstFileWriter
 
 from pyspark_dstl.backend.engines.base import Engine, TableWrite, Write
-from pyspark_dstl.backend.store.records import CF_SEPARATOR
+from pyspark_dstl.backend.engines.records import CF_SEPARATOR
 
 
 class MemoryEngine(Engine):

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from pyspark_dstl.backend.engines.base import Engine
 from pyspark_dstl.backend.errors import CorruptCheckpointError
 from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
+from pyspark_dstl.backend.lineage.context import RootContext
+from pyspark_dstl.backend.lineage.position import Position
 from pyspark_dstl.backend.lineage.replay import ReplayStats, replay_files, replay_handle
 from pyspark_dstl.backend.lineage.resolver import plan_replay
 from pyspark_dstl.backend.lineage.rules import MarkerCheck
-from pyspark_dstl.backend.store.context import RootContext
-from pyspark_dstl.backend.store.position import Position
 from pyspark_dstl.materializer.errors import MaterializerError
 from pyspark_dstl.materializer.handle import MaterializedHandle
 from pyspark_dstl.materializer.manifest import SnapshotManifest

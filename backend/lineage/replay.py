@@ -14,10 +14,10 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 from pyspark_dstl.backend.engines.base import Engine
+from pyspark_dstl.backend.engines.records import decode_writes, physical_keys
 from pyspark_dstl.backend.errors import CorruptCheckpointError, LineageError
 from pyspark_dstl.backend.lineage.resolver import ReplayPlan
 from pyspark_dstl.backend.lineage.rules import MarkerCheck
-from pyspark_dstl.backend.store.records import decode_writes, physical_keys
 from pyspark_dstl.changelog import ChangeSet
 from pyspark_dstl.changelog.errors import ChangelogError, FormatError, ObjectNotFoundError
 from pyspark_dstl.changelog.files import LogInFile, read_file_log

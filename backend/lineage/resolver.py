@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pyspark_dstl.backend.errors import CorruptCheckpointError, LineageError
+from pyspark_dstl.backend.lineage.listing import list_store_dir
 from pyspark_dstl.backend.lineage.naming import store_dir
 from pyspark_dstl.backend.lineage.rules import HeaderMeta
-from pyspark_dstl.backend.ops.listing import list_store_dir
 from pyspark_dstl.changelog.errors import ChangelogError, FormatError
 from pyspark_dstl.changelog.files import read_file_header
 from pyspark_dstl.changelog.storage_service import ChangelogStorage

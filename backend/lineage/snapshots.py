@@ -26,9 +26,9 @@ from concurrent.futures import Future, wait
 
 from pyspark_dstl.backend.engines.base import Engine
 from pyspark_dstl.backend.errors import BackendError
+from pyspark_dstl.backend.lineage.context import RootContext
 from pyspark_dstl.backend.lineage.naming import snapshot_path
-from pyspark_dstl.backend.store.context import RootContext
-from pyspark_dstl.backend.store.position import Position
+from pyspark_dstl.backend.lineage.position import Position
 from pyspark_dstl.changelog.errors import ChangelogError, ObjectNotFoundError
 from pyspark_dstl.changelog.storage_service import ChangelogStorage
 from pyspark_dstl.materializer.errors import MaterializerError

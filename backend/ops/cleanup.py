@@ -31,8 +31,8 @@ from pyspark_dstl.backend.errors import BackendError
 from pyspark_dstl.backend.faults import kill_point
 from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
 from pyspark_dstl.backend.lineage.commit_log import CommitEntry, CommitLog
+from pyspark_dstl.backend.lineage.listing import StoreDirListing, list_stores
 from pyspark_dstl.backend.lineage.naming import store_dir
-from pyspark_dstl.backend.ops.listing import StoreDirListing, list_stores
 from pyspark_dstl.changelog.config import ChangelogOptions
 from pyspark_dstl.changelog.storage.base import ObjectInfo
 from pyspark_dstl.materializer.errors import MaterializerError

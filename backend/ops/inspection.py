@@ -6,7 +6,7 @@ from typing import Any
 
 from pyspark_dstl.backend.errors import CommitLogError
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
-from pyspark_dstl.backend.ops.listing import StoreDirListing, list_stores
+from pyspark_dstl.backend.lineage.listing import StoreDirListing, list_stores
 from pyspark_dstl.materializer.remote import RemoteFiles
 
 

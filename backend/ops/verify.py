@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pyspark_dstl.backend.errors import BackendError
 from pyspark_dstl.backend.lineage.commit_log import CommitLog, decode_entry
+from pyspark_dstl.backend.lineage.listing import StoreDirListing, list_stores
 from pyspark_dstl.backend.lineage.rules import HeaderMeta
-from pyspark_dstl.backend.ops.listing import StoreDirListing, list_stores
 from pyspark_dstl.changelog.errors import ChangelogError
 from pyspark_dstl.changelog.files import verify_file
 from pyspark_dstl.materializer.checksum import crc32_of

@@ -10,11 +10,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from pyspark_dstl.backend.engines.records import DEFAULT_CF
 from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
-from pyspark_dstl.backend.store.records import DEFAULT_CF
 
 if TYPE_CHECKING:
-    from pyspark_dstl.backend.store.context import RootContext
+    from pyspark_dstl.backend.lineage.context import RootContext
 
 
 class StateStore(ABC):

@@ -15,16 +15,16 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from pyspark_dstl.backend.engines.base import Engine
+from pyspark_dstl.backend.engines.records import VersionMarker, encode_changes
 from pyspark_dstl.backend.errors import BackendError
 from pyspark_dstl.backend.faults import kill_point
 from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo, Lineage
+from pyspark_dstl.backend.lineage.context import RootContext
 from pyspark_dstl.backend.lineage.naming import checkpoint_label, split_store_id
+from pyspark_dstl.backend.lineage.position import Position
 from pyspark_dstl.backend.lineage.rules import HeaderMeta, SnapshotRef
 from pyspark_dstl.backend.lineage.snapshots import SnapshotId, SnapshotTracker
 from pyspark_dstl.backend.local.release_marker import remove_marker, write_marker
-from pyspark_dstl.backend.store.context import RootContext
-from pyspark_dstl.backend.store.position import Position
-from pyspark_dstl.backend.store.records import VersionMarker, encode_changes
 from pyspark_dstl.backend.store.txcache import TransactionCache
 from pyspark_dstl.changelog.errors import ChangelogError
 from pyspark_dstl.changelog.handle import ChangelogHandle

@@ -18,6 +18,7 @@ from typing import Any
 from pyspark_dstl.backend.engines.base import Engine
 from pyspark_dstl.backend.errors import StateStoreClosedError, StoreIdError
 from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
+from pyspark_dstl.backend.lineage.context import RootContext
 from pyspark_dstl.backend.lineage.loader import StoreLoader
 from pyspark_dstl.backend.lineage.naming import (
     check_unique_id,
@@ -27,12 +28,11 @@ from pyspark_dstl.backend.lineage.naming import (
     store_dir,
 )
 from pyspark_dstl.backend.local.dirs import StoreDirLock
-from pyspark_dstl.backend.local.takeover import LOAD_METRICS as LOCAL_REUSE_METRICS
-from pyspark_dstl.backend.local.takeover import take_over
 from pyspark_dstl.backend.store.api import StateStoreProvider
-from pyspark_dstl.backend.store.context import RootContext
 from pyspark_dstl.backend.store.instance import StoreInstance
 from pyspark_dstl.backend.store.state_store import ChangelogStateStore
+from pyspark_dstl.backend.store.takeover import LOAD_METRICS as LOCAL_REUSE_METRICS
+from pyspark_dstl.backend.store.takeover import take_over
 
 STORES_DIR = "stores"
 

@@ -15,11 +15,11 @@ from types import TracebackType
 from pyspark_dstl.backend.engines.rocksdb import RocksDBSettings
 from pyspark_dstl.backend.errors import StateStoreClosedError
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
+from pyspark_dstl.backend.lineage.context import RootContext
 from pyspark_dstl.backend.lineage.naming import make_store_id
 from pyspark_dstl.backend.local.dirs import root_dir
 from pyspark_dstl.backend.options import BackendOptions
 from pyspark_dstl.backend.store.api import StateStoreProvider
-from pyspark_dstl.backend.store.context import RootContext
 from pyspark_dstl.backend.store.registry import load_provider_class
 from pyspark_dstl.changelog.storage_service import ChangelogStorage
 from pyspark_dstl.materializer.materializer import Materializer

@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
+from pyspark_dstl.backend.engines.records import DEFAULT_CF, VersionMarker, cf_prefix
 from pyspark_dstl.backend.errors import StateStoreClosedError
 from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
 from pyspark_dstl.backend.store.api import StateStore
 from pyspark_dstl.backend.store.instance import StoreInstance
-from pyspark_dstl.backend.store.records import DEFAULT_CF, VersionMarker, cf_prefix
 from pyspark_dstl.backend.store.txcache import ABSENT, TransactionCache
 
 OPEN, COMMITTED, ABORTED = "open", "committed", "aborted"

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyspark_dstl.backend.store.records import OP_DELETE, OP_PUT, Record, cf_prefix, new_packer
+from pyspark_dstl.backend.engines.records import OP_DELETE, OP_PUT, Record, cf_prefix, new_packer
 
 ENTRY_OVERHEAD = 16
 ABSENT: Any = object()  # "not in the cache", distinct from None ("deleted in this transaction")

@@ -16,12 +16,12 @@ from typing import Any
 from pyspark_dstl.backend.engines.base import Engine
 from pyspark_dstl.backend.errors import BackendError
 from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
+from pyspark_dstl.backend.lineage.context import RootContext
 from pyspark_dstl.backend.lineage.naming import store_dir
+from pyspark_dstl.backend.lineage.position import Position
 from pyspark_dstl.backend.local.dirs import StoreDirLock
 from pyspark_dstl.backend.local.release_marker import find_released, remove_marker, same_checkpoint
-from pyspark_dstl.backend.store.context import RootContext
 from pyspark_dstl.backend.store.instance import StoreInstance
-from pyspark_dstl.backend.store.position import Position
 
 log = logging.getLogger(__name__)
 LOAD_METRICS: dict[str, Any] = {

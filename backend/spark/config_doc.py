@@ -1,7 +1,7 @@
 """docs/configuration.md, written from the option declarations so the page cannot drift.
 
-    python -m pyspark_dstl.backend.ops.config_doc            # rewrite docs/configuration.md
-    python -m pyspark_dstl.backend.ops.config_doc --check    # exit 1 when the page is stale
+    python -m pyspark_dstl.backend.spark.config_doc            # rewrite docs/configuration.md
+    python -m pyspark_dstl.backend.spark.config_doc --check    # exit 1 when the page is stale
 
 It lives in the backend because it is the one package that sees every options class.
 """
@@ -21,7 +21,7 @@ from pyspark_dstl.changelog.storage.options import StorageOptions
 from pyspark_dstl.core.settings import Options, markdown_table
 from pyspark_dstl.materializer.options import MaterializerOptions
 
-COMMAND = "python -m pyspark_dstl.backend.ops.config_doc"
+COMMAND = "python -m pyspark_dstl.backend.spark.config_doc"
 DEFAULT_PATH = "docs/configuration.md"
 
 INTRO = f"""\
