@@ -1,0 +1,54 @@
+"""The state store: providers and stores in Spark's shape, V2 lineage, commit, cleanup.
+
+    from pyspark_dstl.backend import BackendOptions, StateBackend
+
+    with StateBackend(BackendOptions()) as backend:
+        store = backend.provider("file:///tmp/ckpt", "op", 0).get_store(0)
+        store.put(b"k", b"v")
+        info = store.commit()          # a CheckpointInfo: exactly what a checkpoint records
+
+Streaming queries use `pyspark_dstl.backend.spark` (or the `pyspark_dstl` facade).
+"""
+
+from pyspark_dstl.backend.errors import (
+    BackendError,
+    CommitLogCorruptError,
+    CommitLogError,
+    CorruptCheckpointError,
+    LineageError,
+    ProviderError,
+    StateStoreClosedError,
+    StoreIdError,
+    StoreLockedError,
+)
+from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
+from pyspark_dstl.backend.lineage.commit_entry import CommitEntry, OperatorCommit
+from pyspark_dstl.backend.lineage.commit_log import CommitLog
+from pyspark_dstl.backend.ops.cleanup import CleanupReport, cleanup_checkpoint
+from pyspark_dstl.backend.options import BackendOptions
+from pyspark_dstl.backend.store.api import StateStore, StateStoreProvider
+from pyspark_dstl.backend.store.registry import load_provider_class
+from pyspark_dstl.backend.store.state_backend import StateBackend
+
+__all__ = [
+    "BackendError",
+    "BackendOptions",
+    "CheckpointInfo",
+    "CleanupReport",
+    "CommitEntry",
+    "CommitLog",
+    "CommitLogCorruptError",
+    "CommitLogError",
+    "CorruptCheckpointError",
+    "LineageError",
+    "OperatorCommit",
+    "ProviderError",
+    "StateBackend",
+    "StateStore",
+    "StateStoreClosedError",
+    "StateStoreProvider",
+    "StoreIdError",
+    "StoreLockedError",
+    "cleanup_checkpoint",
+    "load_provider_class",
+]
