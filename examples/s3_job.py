@@ -6,7 +6,7 @@ credentials come from the environment, as they would on a cluster; the engine's 
 (offsets, commits) stays on local disk, since Spark itself cannot write to s3:// without
 hadoop-aws.
 
-    python examples/s3_job.py --files 10
+    python examples/s3_job.py --files 5
 """
 
 from __future__ import annotations
