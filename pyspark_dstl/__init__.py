@@ -19,6 +19,8 @@ from pyspark_dstl.core.errors import ConfigError, DstlError
 _SPARK_NAMES = {
     "BatchProgress": "pyspark_dstl.backend.spark",
     "DstlConf": "pyspark_dstl.backend.spark",
+    "ExpiredTimers": "pyspark_dstl.backend.spark",
+    "TimerError": "pyspark_dstl.backend.spark",
     "StatefulProcessor": "pyspark_dstl.backend.spark",
     "StatefulProcessorHandle": "pyspark_dstl.backend.spark",
     "StatefulStream": "pyspark_dstl.backend.spark",

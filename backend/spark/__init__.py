@@ -17,6 +17,7 @@ from pyspark_dstl.backend.spark.errors import (
     StateDecodingError,
     StateEncodingError,
     StateVariableError,
+    TimerError,
 )
 from pyspark_dstl.backend.spark.grouping import KeyedBatch, Keys
 from pyspark_dstl.backend.spark.operator import (
@@ -26,6 +27,7 @@ from pyspark_dstl.backend.spark.operator import (
     StatefulOperator,
 )
 from pyspark_dstl.backend.spark.processor import (
+    ExpiredTimers,
     StatefulProcessor,
     StatefulProcessorHandle,
     VectorizedStatefulProcessor,
@@ -40,6 +42,7 @@ __all__ = [
     "DstlConf",
     "DstlSparkError",
     "DstlStateDataSource",
+    "ExpiredTimers",
     "KeyedBatch",
     "Keys",
     "ListState",
@@ -57,6 +60,7 @@ __all__ = [
     "StatefulProcessor",
     "StatefulProcessorHandle",
     "StatefulStream",
+    "TimerError",
     "ValueState",
     "VectorizedStatefulProcessor",
     "read_state",
