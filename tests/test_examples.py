@@ -1,0 +1,36 @@
+"""The README's main job and the dedup example run to the end and pass their own self-checks."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.spark import prepare_environment
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_example(name: str, tmp_path: Path, *args: str) -> str:
+    prepare_environment()  # workers run this interpreter on loopback
+    done = subprocess.run([sys.executable, str(REPO_ROOT / "examples" / name),
+                           "--work-dir", str(tmp_path / "work"), *args],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+def test_main_job_closes_silent_sessions_and_its_self_checks_pass(tmp_path: Path) -> None:
+    out = run_example("main_job.py", tmp_path, "--files", "4", "--events", "1000")
+    checks = [line for line in out.splitlines() if line.startswith(("ok ", "MISMATCH"))]
+    assert len(checks) >= 3 and all(line.startswith("ok ") for line in checks), out[-2000:]
+
+
+def test_dedup_job_self_checks_pass(tmp_path: Path) -> None:
+    out = run_example("dedup_job.py", tmp_path, "--files", "4", "--deliveries", "500")
+    checks = [line for line in out.splitlines() if line.startswith(("ok ", "MISMATCH"))]
+    assert len(checks) >= 3 and all(line.startswith("ok ") for line in checks), out[-2000:]
