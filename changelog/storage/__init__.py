@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from urllib.parse import unquote, urlsplit
 
@@ -43,18 +44,28 @@ def open_storage(url: str, options: ChangelogOptions) -> ObjectStore:
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     if scheme == "":
-        return LocalStore(url)
+        return LocalStore(_local_path(url, url))
     if scheme == "file":
         if parts.netloc not in ("", "localhost"):
             raise UnsupportedStorageError(
                 f"storage URL {url!r}: file URLs naming another host are not supported")
-        return LocalStore(unquote(parts.path))
+        return LocalStore(_local_path(url, unquote(parts.path)))
     if scheme == "memory":
         return _named(url, parts.netloc, parts.path, MemoryStore)
     if scheme in S3_SCHEMES:
         return _named(url, parts.netloc, parts.path,
                       lambda bucket, prefix: S3Store(bucket, prefix, options))
     return _open_fsspec(url, scheme)
+
+
+def _local_path(url: str, path: str) -> str:
+    """`path` unless a part of it is '..' or empty inside it (the documented refusal: a root
+    must not depend on how the path is normalised)."""
+    parts = path.replace(os.sep, "/").rstrip("/").split("/")
+    inner = parts[1:] if parts and parts[0] == "" else parts
+    if ".." in parts or "" in inner:
+        raise UnsupportedStorageError(f"storage URL {url!r}: invalid path: a '..' or empty part")
+    return path
 
 
 def _named(url: str, name: str, path: str, make: _Factory) -> ObjectStore:
