@@ -25,6 +25,28 @@ CONF_PREFIX = "spark.dstl."
 DEFAULT_PROVIDER = "pyspark_dstl.backend.store.rocksdb_provider.RocksDBChangelogProvider"
 CHANGELOG_SECTION = "changelog."
 MATERIALIZATION_SECTION = "materialization."
+FENCING_SECTION = "fencing."
+MIN_LEASE_SECONDS = 0.5
+
+
+@dataclass(frozen=True)
+class FencingOptions:
+    """One writer per checkpoint (lineage/fencing.py): the holder renews its lease every
+    third of `lease_duration`; a run that finds the holder's renewals stopped for a whole
+    `lease_duration` (by its own clock) presumes it dead and takes over."""
+
+    lease_duration: float = 30.0
+
+    def __post_init__(self) -> None:
+        if not MIN_LEASE_SECONDS <= self.lease_duration <= 24 * 3600:
+            raise ConfigError(f"{CONF_PREFIX}{FENCING_SECTION}leaseDuration (lease_duration): "
+                              f"must be between {MIN_LEASE_SECONDS} s and one day, got "
+                              f"{self.lease_duration!r}")
+
+    @classmethod
+    def from_conf(cls, conf: Mapping[str, Any], prefix: str) -> FencingOptions:
+        return cls(**read_section(conf, prefix, {"lease_duration": "leaseDuration"},
+                                  {"lease_duration": parse_duration}, "fencing"))
 
 
 def default_local_dir() -> str:
@@ -51,6 +73,7 @@ class BackendOptions:
     universal_max_size_amplification_percent: int = 200
     changelog: ChangelogOptions = field(default_factory=ChangelogOptions)
     materialization: MaterializerOptions = field(default_factory=MaterializerOptions)
+    fencing: FencingOptions = field(default_factory=FencingOptions)
 
     def __post_init__(self) -> None:
         def fail(name: str, why: str) -> None:
@@ -85,10 +108,11 @@ class BackendOptions:
         """
         changes = read_section(conf, prefix, CONF_KEYS, _PARSERS, "state backend",
                                skip=(CHANGELOG_SECTION, MATERIALIZATION_SECTION,
-                                     *other_sections))
+                                     FENCING_SECTION, *other_sections))
         changes["changelog"] = ChangelogOptions.from_conf(conf, prefix + CHANGELOG_SECTION)
         changes["materialization"] = MaterializerOptions.from_conf(
             conf, prefix + MATERIALIZATION_SECTION)
+        changes["fencing"] = FencingOptions.from_conf(conf, prefix + FENCING_SECTION)
         return cls(**changes)
 
 
