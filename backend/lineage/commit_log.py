@@ -102,7 +102,11 @@ class CommitLog:
                                  f"holding the checkpoint (lineage/fencing.py acquire)")
         generations = self.generations()
         newest = self._newest_slot(generations)
-        self._check_order(batch_id, newest[0] if newest else None, rerun)
+        try:
+            self._check_order(batch_id, newest[0] if newest else None, rerun)
+        except CommitLogError:
+            guard.check(f"write the commit log entry of batch {batch_id}")  # fenced, maybe
+            raise
         taken = generations.get(batch_id, [])
         path = self.path_of(batch_id, taken[-1][0] + 1 if taken else 0)
         data = encode_entry(dataclasses.replace(entry, writer=(guard.epoch, guard.run_id)))

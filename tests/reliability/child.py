@@ -99,6 +99,17 @@ class ChildRun:
         os.kill(self.process.pid, signal.SIGKILL)
         return True
 
+    def pause(self) -> bool:
+        """SIGSTOP the child (a zombie in the making); False when it had already exited."""
+        if not self.alive:
+            return False
+        os.kill(self.process.pid, signal.SIGSTOP)
+        return True
+
+    def resume(self) -> None:
+        if self.alive:
+            os.kill(self.process.pid, signal.SIGCONT)
+
     def wait(self, timeout: float) -> int:
         """The exit status (negative: killed by that signal); kills the child after timeout."""
         try:

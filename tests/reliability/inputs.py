@@ -43,8 +43,9 @@ GARBAGE = ["", "   ", "banana", "-1", "0", "-5ms", "10 parsecs", "1e400", "maybe
 BAD_ENDPOINTS = ["not a url", "ftp://127.0.0.1:9000", "127.0.0.1:9000"]
 BAD_PROVIDERS = ["no_such_module.Provider", "pyspark_dstl.backend.store.api.StateStore",
                  "pyspark_dstl.backend.store.api.StateStoreProvider", "builtins.dict"]
-ESCAPING_OPERATORS = ["a/b", "..", "../x", "a\\b", "", "x\x00y", "a..b"]
-BAD_PARTITIONS: list[Any] = [-1, True, "1", 1.0]
+ESCAPING_OPERATORS = ["a/b", "..", "../x", "a\\b", "", "x\x00y", "a..b",
+                      "x" * 300, "é" * 100]  # the last two: longer than a file name can be
+BAD_PARTITIONS: list[Any] = [-1, True, "1", 1.0, 2**32, 2**70]  # beyond: not a key group
 ESCAPING_UNIQUE_IDS = ["../../etc", "a/b", "", "x" * 65, "ab cd", "..", "a\\b"]
 ESCAPING_KEYS = ["../outside", "/absolute", "a//b", "a/./b", "a/../../b", "a\\b", "x\x00"]
 UNENCODABLE: list[Any] = [object(), {1, 2}, 2**70, datetime.datetime(2024, 1, 1), 1 + 2j]
