@@ -188,8 +188,8 @@ class CheckpointLease:
                 except FencedError as exc:
                     log.warning("%s", exc)
                     return
-                except LoopClosedError:
-                    return
+                except (LoopClosedError, RuntimeError):
+                    return  # its storage closed, or the interpreter is shutting down
                 except (BackendError, ChangelogError) as exc:
                     log.warning("checkpoint %s: lease renewal of %s failed, trying again: %s",
                                 self.url, self.describe(), exc)
