@@ -45,8 +45,11 @@ class FencingOptions:
 
     @classmethod
     def from_conf(cls, conf: Mapping[str, Any], prefix: str) -> FencingOptions:
-        return cls(**read_section(conf, prefix, {"lease_duration": "leaseDuration"},
+        return cls(**read_section(conf, prefix, FENCING_KEYS,
                                   {"lease_duration": parse_duration}, "fencing"))
+
+
+FENCING_KEYS: dict[str, str] = {"lease_duration": "leaseDuration"}
 
 
 def default_local_dir() -> str:

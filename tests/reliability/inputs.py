@@ -18,7 +18,7 @@ from typing import Any
 
 from pyspark_dstl.backend.errors import BackendError, ProviderError, StoreIdError
 from pyspark_dstl.backend.options import CONF_KEYS as BACKEND_KEYS
-from pyspark_dstl.backend.options import BackendOptions
+from pyspark_dstl.backend.options import FENCING_KEYS, BackendOptions
 from pyspark_dstl.backend.spark.codec import encode_value
 from pyspark_dstl.backend.spark.errors import StateEncodingError
 from pyspark_dstl.backend.store.state_backend import StateBackend
@@ -31,7 +31,8 @@ from pyspark_dstl.materializer.options import CONF_KEYS as MATERIALIZATION_KEYS
 
 ALL_KEYS = ([f"spark.dstl.{key}" for key in BACKEND_KEYS.values()]
             + [f"spark.dstl.changelog.{key}" for key in CHANGELOG_KEYS.values()]
-            + [f"spark.dstl.materialization.{key}" for key in MATERIALIZATION_KEYS.values()])
+            + [f"spark.dstl.materialization.{key}" for key in MATERIALIZATION_KEYS.values()]
+            + [f"spark.dstl.fencing.{key}" for key in FENCING_KEYS.values()])
 FREE_TEXT = {  # any non-blank text is a valid directory, region or credential
     "spark.dstl.stateStore.localDir", "spark.dstl.changelog.read.cacheDir",
     "spark.dstl.changelog.s3.region", "spark.dstl.changelog.s3.accessKeyId",
