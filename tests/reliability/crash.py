@@ -27,6 +27,7 @@ from typing import Any
 
 from pyspark_dstl.backend.faults import POINTS
 from pyspark_dstl.changelog.config import ChangelogOptions
+from pyspark_dstl.changelog.errors import ObjectNotFoundError
 from tests.reliability.child import ChildRun, Event
 from tests.reliability.workload import EXIT_FENCED, EXIT_MISMATCH, EXIT_REFUSED
 from tests.support import FaultRule, S3Env
@@ -310,7 +311,10 @@ class CrashHarness:
         with ChangelogStorage(self.url, options) as storage:
             found: dict[str, int | None] = {}
             for info in storage.list("commits/"):
-                record = decode_record(storage.get(info.path), info.path)
+                try:
+                    record = decode_record(storage.get(info.path), info.path)
+                except ObjectNotFoundError:
+                    continue  # the running heir's cleanup took it meanwhile
                 if isinstance(record, CommitEntry):
                     found[info.path] = record.writer[0] if record.writer else None
             return found
