@@ -43,3 +43,17 @@ class StateStoreClosedError(BackendError):
 
 class StoreLockedError(BackendError):
     """Another process holds the local directory lock of the store."""
+
+
+class UncommittedAttemptError(LineageError):
+    """An attempt's files never completed a store commit (it aborted or crashed after early
+    uploads): it is not a checkpoint; names the store, the attempt and its newest file."""
+
+
+class CheckpointHeldError(BackendError):
+    """Another run holds the checkpoint root; names the root and that run."""
+
+
+class FencedError(BackendError):
+    """This run no longer holds the checkpoint root (a newer run took it over); it must stop
+    before it commits or deletes anything. Names the root, this run and the newer one."""

@@ -26,8 +26,28 @@ CONF_PREFIX = "spark.dstl."
 DEFAULT_PROVIDER = "pyspark_dstl.backend.store.rocksdb_provider.RocksDBChangelogProvider"
 CHANGELOG_SECTION = "changelog."
 MATERIALIZATION_SECTION = "materialization."
+FENCING_SECTION = "fencing."
+MIN_LEASE_SECONDS = 0.5
 COMPACTION_STYLES = ("level", "universal")
 CLASS_PATH = Rule("be a 'module.Class' path", lambda path: "." in path)
+
+
+@dataclass(frozen=True)
+class FencingOptions(Options):
+    """One writer per checkpoint (lineage/fencing.py): the holder renews its lease every
+    third of `lease_duration`; a run that finds the holder's renewals stopped for a whole
+    `lease_duration` (by its own clock) presumes it dead and takes over."""
+
+    SECTION = Section(CONF_PREFIX + FENCING_SECTION, "fencing")
+
+    lease_duration: float = setting(
+        "leaseDuration", DURATION, 30.0,
+        "How long a checkpoint's holder may go without renewing its lease before another "
+        "run presumes it dead and takes over (the holder renews every third of it).",
+        at_least=MIN_LEASE_SECONDS, at_most=24 * 3600)
+
+
+FENCING_KEYS: dict[str, str] = conf_keys(FencingOptions)
 
 
 def default_local_dir() -> str:
@@ -104,6 +124,7 @@ class BackendOptions(Options):
     changelog: ChangelogOptions = subsection(ChangelogOptions, CHANGELOG_SECTION)
     materialization: MaterializerOptions = subsection(MaterializerOptions,
                                                       MATERIALIZATION_SECTION)
+    fencing: FencingOptions = subsection(FencingOptions, FENCING_SECTION)
 
 
 CONF_KEYS: dict[str, str] = conf_keys(BackendOptions)

@@ -37,6 +37,7 @@ from benchmarks.harness import (
 from benchmarks.plots import line_plot
 from benchmarks.workload import OPERATOR, Workload, backend_options, file_url, load_store
 from pyspark_dstl.backend.lineage.commit_log import CommitEntry, CommitLog, OperatorCommit
+from pyspark_dstl.backend.lineage.fencing import acquire
 from pyspark_dstl.backend.ops.cleanup import cleanup_checkpoint
 from pyspark_dstl.backend.options import CONF_KEYS, CONF_PREFIX, BackendOptions
 from pyspark_dstl.backend.store.state_backend import StateBackend
@@ -64,7 +65,8 @@ def run(args: argparse.Namespace, plan: dict[str, Any], retain: int) -> dict[str
                                   **rocksdb_changes(args))
         with StateBackend(options) as backend:
             storage = backend.context(url).storage
-            commit_log = CommitLog(storage)
+            lease = acquire(storage, options.fencing)  # this benchmark is the root's run
+            commit_log = CommitLog(storage, lease=lease)
             provider = backend.provider(url, OPERATOR, 0)
             store = provider.get_store(0)
             load_store(store, workload)
@@ -79,7 +81,7 @@ def run(args: argparse.Namespace, plan: dict[str, Any], retain: int) -> dict[str
                 commit_log.write(batch, entry)
                 if (batch + 1) % plan["cleanup_every"] == 0:
                     began = time.perf_counter()
-                    report = cleanup_checkpoint(storage, retain, dry_run=False)
+                    report = cleanup_checkpoint(storage, retain, dry_run=False, lease=lease)
                     cleanup_seconds.append(time.perf_counter() - began)
                     deleted += len(report.files)
                     if report.problems:
@@ -87,6 +89,7 @@ def run(args: argparse.Namespace, plan: dict[str, Any], retain: int) -> dict[str
                 size = dir_size(remote)
                 bytes_series.append(size)
                 series.append(size / workload.live_bytes)
+            lease.release()
     return {"retain": retain, "ratio": series, "bytes": bytes_series, "deleted_files": deleted,
             "cleanup_seconds": cleanup_seconds, "live_bytes": workload.live_bytes}
 

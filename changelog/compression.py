@@ -12,7 +12,12 @@ import threading
 import zstandard
 
 from pyspark_dstl.changelog.errors import FormatError
+from pyspark_dstl.core.errors import excerpt
 
+MAX_EXPANSION = 256
+"""A zstd frame may declare at most this many times its compressed size: decoding a file then
+costs at most a bounded multiple of its size, whatever it declares. A writer stores a record
+that would compress better than that raw (codec 0) instead."""
 CODEC_NONE = 0
 CODEC_ZSTD = 1
 CODEC_IDS: dict[str, int] = {"none": CODEC_NONE, "zstd": CODEC_ZSTD}
@@ -53,7 +58,7 @@ class FrameCompressor:
         if self._zstd is None:
             return CODEC_NONE, record
         packed = self._zstd.compress(record)
-        if len(packed) >= len(record):
+        if len(packed) >= len(record) or len(record) > MAX_EXPANSION * len(packed):
             return CODEC_NONE, record
         return CODEC_ZSTD, packed
 
@@ -77,13 +82,18 @@ def decompress(codec: int, payload: memoryview, limit: int, path: str | None,
     try:
         size = zstandard.frame_content_size(payload)
     except zstandard.ZstdError as exc:
-        raise FormatError(f"bad zstd frame: {exc}", path, offset) from exc
+        raise FormatError(f"bad zstd frame: {excerpt(exc)}", path, offset) from exc
     if size < 0:
         raise FormatError("zstd frame does not record its content size", path, offset)
     if size > limit:
         raise FormatError(f"zstd frame would expand to {size} bytes (limit {limit})",
                           path, offset)
+    if size > MAX_EXPANSION * len(payload):
+        raise FormatError(f"zstd frame of {len(payload)} bytes declares {size} bytes, more than "
+                          f"{MAX_EXPANSION} times its size (writers store such records raw)",
+                          path, offset)
     try:
         return _decompressor().decompress(payload)
     except zstandard.ZstdError as exc:
-        raise FormatError(f"zstd frame cannot be decompressed: {exc}", path, offset) from exc
+        raise FormatError(f"zstd frame cannot be decompressed: {excerpt(exc)}", path,
+                          offset) from exc

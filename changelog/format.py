@@ -23,6 +23,7 @@ from pyspark_dstl.changelog.errors import (
     TruncatedFileError,
     UnsupportedVersionError,
 )
+from pyspark_dstl.core.errors import excerpt
 
 MAGIC = b"DSTLCLOG"
 FOOTER_MAGIC = b"DSTLTAIL"
@@ -43,6 +44,14 @@ PREAMBLE_SIZE = _PREAMBLE.size
 FRAME_HEAD_SIZE = _FRAME_HEAD.size
 FOOTER_SIZE = _FOOTER.size
 _UNPACK_ERRORS = (ValueError, TypeError, msgpack.UnpackException)
+
+
+def _refuse_ext(code: int, data: bytes) -> Any:
+    raise ValueError(f"msgpack extension type {code} is not part of the format")
+
+
+def _refuse_map(pairs: Any) -> Any:
+    raise ValueError("a map inside a frame record (records hold arrays, str, int and bin)")
 
 
 @dataclass(frozen=True)
@@ -276,12 +285,14 @@ def _check_preamble(view: memoryview, path: str) -> tuple[int, int]:
 
 def _unpack_header(view: memoryview, compression: str, path: str) -> FileHeader:
     try:
-        document = msgpack.unpackb(view, raw=False, strict_map_key=False)
+        document = msgpack.unpackb(view, raw=False, strict_map_key=False,
+                                   ext_hook=_refuse_ext)
         logs = tuple(LogHeader(log["log_id"], log["metadata"]) for log in document["logs"])
         header = FileHeader(FORMAT_VERSION, document["writer_id"], document["created_ms"],
                             compression, logs)
     except (*_UNPACK_ERRORS, KeyError) as exc:
-        raise FormatError(f"header cannot be decoded: {exc!r}", path, PREAMBLE_SIZE) from exc
+        raise FormatError(f"header cannot be decoded: {excerpt(exc)}", path,
+                          PREAMBLE_SIZE) from exc
     names = [log.log_id for log in header.logs]
     if (not isinstance(header.writer_id, str) or type(header.created_ms) is not int
             or not all(isinstance(n, str) for n in names)
@@ -329,9 +340,12 @@ def _decode_frame(view: memoryview, path: str, base: int, position: int,
                                     f"{stored:#010x}", path, at)
     record = decompress(body[0], body[1:], MAX_FRAME_LENGTH, path, at)
     try:
-        log_id, sqn, entries = msgpack.unpackb(record, use_list=False, raw=False)
+        log_id, sqn, entries = msgpack.unpackb(record, use_list=False, raw=False,
+                                               ext_hook=_refuse_ext,
+                                               object_pairs_hook=_refuse_map)
     except _UNPACK_ERRORS as exc:
-        raise FormatError(f"frame record cannot be decoded: {exc!r}", path, at) from exc
+        raise FormatError(f"frame record cannot be decoded: {excerpt(exc)}", path,
+                          at) from exc
     if type(log_id) is not str or not _valid_sqn(sqn) or not _entries_valid(entries):
         raise FormatError("frame record is not [log_id str, sqn int, [[key_group, payload]]]",
                           path, at)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark_dstl.changelog.errors import HandleError
+from pyspark_dstl.core.errors import excerpt
 
 HANDLE_FORMAT_VERSION = 1
 
@@ -73,7 +74,7 @@ class Segment:
                 key_groups=tuple(int(k) for k in data.get("key_groups", ())),
             )
         except (KeyError, TypeError, ValueError) as exc:
-            raise HandleError(f"invalid segment {dict(data)!r}: {exc}") from exc
+            raise HandleError(f"invalid segment {excerpt(data)}: {excerpt(exc)}") from exc
 
 
 def _merge_adjacent(segments: Iterable[Segment]) -> tuple[Segment, ...]:

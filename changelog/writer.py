@@ -229,6 +229,12 @@ class ChangelogWriter:
             return self._sets.active_sqn
 
     @property
+    def open_sqn(self) -> int:
+        """The SQN the active change set will close under: the next append joins it."""
+        with self._lock:
+            return self._sets.active_sqn
+
+    @property
     def lowest_sqn(self) -> int:
         """The lowest SQN still held (everything below was truncated)."""
         return self._sets.lowest

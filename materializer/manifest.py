@@ -15,6 +15,7 @@ import msgpack
 
 from pyspark_dstl.changelog.errors import StorageError
 from pyspark_dstl.changelog.storage.base import check_key
+from pyspark_dstl.core.errors import excerpt
 from pyspark_dstl.materializer.checksum import crc32_of
 from pyspark_dstl.materializer.errors import ManifestError
 from pyspark_dstl.materializer.names import check_local_name, check_unique_id
@@ -99,10 +100,15 @@ def decode_manifest(data: bytes, path: str | None = None) -> SnapshotManifest:
     if crc32_of(body) != crc:
         raise ManifestError("manifest CRC mismatch: the bytes were altered", path)
     try:
-        fields = msgpack.unpackb(body, raw=False, strict_map_key=False)
-    except (ValueError, msgpack.UnpackException) as exc:
-        raise ManifestError(f"manifest body is not valid msgpack: {exc}", path) from exc
+        fields = msgpack.unpackb(body, raw=False, strict_map_key=False, ext_hook=_refuse_ext)
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise ManifestError(f"manifest body is not valid msgpack: {excerpt(exc)}",
+                            path) from exc
     return _from_fields(fields, path)
+
+
+def _refuse_ext(code: int, data: bytes) -> Any:
+    raise ValueError(f"msgpack extension type {code} is not part of the manifest format")
 
 
 def _from_fields(fields: Any, path: str | None) -> SnapshotManifest:
@@ -126,7 +132,7 @@ def _from_fields(fields: Any, path: str | None) -> SnapshotManifest:
     except ManifestError:
         raise
     except Exception as exc:  # any shape problem in an untrusted body
-        raise ManifestError(f"malformed manifest body: {exc!r}", path) from exc
+        raise ManifestError(f"malformed manifest body: {excerpt(exc)}", path) from exc
     names = [f.local_name for f in manifest.files]
     if len(set(names)) != len(names):
         raise ManifestError("manifest lists a local file name twice", path)
@@ -135,17 +141,17 @@ def _from_fields(fields: Any, path: str | None) -> SnapshotManifest:
 
 def _file(entry: Any, path: str | None) -> SnapshotFile:
     if not isinstance(entry, list) or len(entry) != 4:
-        raise ManifestError(f"malformed file entry {entry!r}", path)
+        raise ManifestError(f"malformed file entry {excerpt(entry)}", path)
     local_name, dfs_path, size, checksum = entry
     if not isinstance(local_name, str) or not check_local_name(local_name):
-        raise ManifestError(f"unsafe local file name {local_name!r}", path)
+        raise ManifestError(f"unsafe local file name {excerpt(local_name)}", path)
     try:
         check_key(dfs_path)
     except (StorageError, TypeError) as exc:
-        raise ManifestError(f"invalid remote path {dfs_path!r}", path) from exc
+        raise ManifestError(f"invalid remote path {excerpt(dfs_path)}", path) from exc
     if (not isinstance(size, int) or not isinstance(checksum, int) or size < 0
             or not 0 <= checksum <= 0xFFFFFFFF):
-        raise ManifestError(f"invalid size/checksum in file entry {entry!r}", path)
+        raise ManifestError(f"invalid size/checksum in file entry {excerpt(entry)}", path)
     return SnapshotFile(local_name, dfs_path, size, checksum)
 
 

@@ -82,7 +82,9 @@ def test_inspect_as_json_lists_every_attempt_of_every_version(
 def test_verify_passes_a_sound_checkpoint(
         checkpoint: tuple[BackendEnv, list[CheckpointInfo]]) -> None:
     env, _ = checkpoint
-    assert run("verify", env.url) == (0, "0 problem(s)\n")
+    # versions 1, 2 and 3, and the attempt of version 3 that completed its commit but lost
+    assert run("verify", env.url) == (
+        0, "4 checkpoint(s), 0 uncommitted attempt(s), 0 problem(s)\n")
 
 
 def test_verify_catches_a_flipped_byte_in_a_changelog(
@@ -149,3 +151,25 @@ def test_the_tool_runs_as_a_module_against_s3(s3: S3Env, tmp_path: Path) -> None
         assert f"committed version 3 id {infos[2].unique_id}" in result.stdout
     finally:
         made.close()
+
+
+def test_a_symlinked_store_folder_is_seen_by_the_tools_as_by_loads(
+        checkpoint: tuple[BackendEnv, list[CheckpointInfo]], tmp_path: Path) -> None:
+    env, infos = checkpoint
+    assert env.file_root is not None
+    folder = env.file_root / STORE_DIR
+    moved = tmp_path / "other-disk" / "agg-0"
+    moved.parent.mkdir()
+    folder.rename(moved)
+    folder.symlink_to(moved)
+    loaded = env.provider(env.backend()).get_store(3, infos[2].unique_id)
+    assert dict(loaded.iterator())[b"k2"] == b"v" * 50
+    loaded.abort()
+    status, text = run("verify", env.url)
+    assert status == 0 and "0 problem(s)" in text and "missing" not in text
+    versions = json.loads(run("inspect", env.url, "--json")[1])["stores"]["agg/0"]["versions"]
+    assert sorted(versions) == ["1", "2", "3"]
+    status, text = run("cleanup", env.url, "--retain", "1", "--apply")
+    assert status == 0 and f"deleted {infos[0].changelog.paths[0]}" in text
+    assert not (moved / infos[0].changelog.paths[0].rsplit("/", 1)[1]).exists()
+    assert run("verify", env.url)[0] == 0

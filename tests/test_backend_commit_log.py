@@ -33,7 +33,9 @@ def test_an_entry_reads_back_with_its_checkpoint_infos(env: BackendEnv) -> None:
     path = log.write(0, written)
     assert path == "commits/0.0"
     read = log.read(0)
-    assert read.to_dict() == written.to_dict()
+    lease = env.lease()
+    assert read.to_dict() == {**written.to_dict(),
+                              "writer": {"epoch": lease.epoch, "run_id": lease.run_id}}
     assert [info.store_id for info in read.infos()] == ["agg/0", "agg/1"]
 
 
@@ -41,7 +43,7 @@ def test_a_reexecuted_batch_writes_the_next_generation_and_readers_take_it(
         env: BackendEnv) -> None:  # noqa: F811
     log = env.commit_log()
     log.write(3, entry(3, "first"))
-    assert log.write(3, entry(3, "second")) == "commits/3.1"
+    assert log.write(3, entry(3, "second"), rerun=True) == "commits/3.1"
     assert env.paths("commits/") == ["commits/3.0", "commits/3.1"]
     assert next(log.read(3).infos()).unique_id == "second"
 
@@ -81,9 +83,9 @@ def test_obsolete_entries_are_older_batches_and_older_generations(
     log = env.commit_log()
     for batch_id in range(4):
         log.write(batch_id, entry(batch_id))
-    log.write(2, entry(2, "again"))
+    log.write(3, entry(3, "again"), rerun=True)
     assert sorted(info.path for info in log.obsolete(2)) == [
-        "commits/0.0", "commits/1.0", "commits/2.0"]
+        "commits/0.0", "commits/1.0", "commits/3.0"]
     assert [e.batch_id for e in log.retained(2)] == [2, 3]
 
 

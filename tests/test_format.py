@@ -9,9 +9,11 @@ import zlib
 from collections.abc import Sequence
 
 import pytest
+import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pyspark_dstl.changelog.compression import CODEC_ZSTD, MAX_EXPANSION, decompress
 from pyspark_dstl.changelog.errors import (
     BadMagicError,
     ChecksumMismatchError,
@@ -23,6 +25,7 @@ from pyspark_dstl.changelog.format import (
     ENTRY_OVERHEAD,
     FOOTER_SIZE,
     MAGIC,
+    MAX_FRAME_LENGTH,
     PREAMBLE_SIZE,
     ChangeSet,
     EncodedFile,
@@ -143,6 +146,24 @@ def test_zstd_stores_incompressible_frames_raw() -> None:
     packed = encode_file("w", logs, compression="zstd", created_ms=1).data
     assert len(packed) == len(plain)
     assert read_file(packed, PATH)[1] == change_sets
+
+
+def test_zstd_stores_a_record_that_would_expand_past_the_cap_raw() -> None:
+    change_sets = [ChangeSet("log", 0, ((0, bytes(MAX_EXPANSION * 4096)),))]
+    logs = [(LogHeader("log", {}), change_sets)]
+    plain = encode_file("w", logs, compression="none", created_ms=1).data
+    packed = encode_file("w", logs, compression="zstd", created_ms=1).data
+    assert len(packed) == len(plain), "zeros compress far past 256x: the frame stays raw"
+    assert read_file(packed, PATH)[1] == change_sets
+
+
+def test_a_zstd_frame_declaring_more_than_the_cap_is_refused_before_decompressing() -> None:
+    record = bytes(MAX_EXPANSION * 4096)
+    frame = zstandard.ZstdCompressor().compress(record)
+    assert len(record) > MAX_EXPANSION * len(frame)
+    with pytest.raises(FormatError, match=f"declares {len(record)} bytes, more than "
+                                          f"{MAX_EXPANSION} times its size"):
+        decompress(CODEC_ZSTD, memoryview(frame), MAX_FRAME_LENGTH, PATH, 20)
 
 
 @settings(max_examples=50, deadline=None)

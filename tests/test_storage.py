@@ -230,6 +230,35 @@ def test_url_without_a_name_or_with_a_bad_path_is_refused(url: str) -> None:
         open_storage(url, ChangelogOptions())
 
 
+@pytest.mark.parametrize("url", ["file:///tmp/a/../b", "/tmp/a/../b", "rel/../x", "..",
+                                 "file:///tmp//x", "file:///tmp/a/.."])
+def test_a_local_path_with_a_dotdot_or_empty_part_is_refused(url: str) -> None:
+    with pytest.raises(UnsupportedStorageError, match=r"storage URL .*'\.\.' or empty part"):
+        open_storage(url, ChangelogOptions())
+
+
+async def test_local_listing_follows_a_symlinked_folder_like_reads_do(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "other-disk" / "0"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "1_a.changelog").write_bytes(DATA)
+    (tmp_path / "root" / "state" / "op").mkdir(parents=True)
+    (tmp_path / "root" / "state" / "op" / "0").symlink_to(elsewhere)
+    store = LocalStore(tmp_path / "root")
+    assert await store.get("state/op/0/1_a.changelog") == DATA
+    assert [info.path for info in await store.list("state/")] == ["state/op/0/1_a.changelog"]
+    await store.delete("state/op/0/1_a.changelog")
+    assert not (elsewhere / "1_a.changelog").exists()
+
+
+async def test_a_folder_reached_twice_through_links_is_refused_by_listing(
+        tmp_path: Path) -> None:
+    (tmp_path / "root" / "a").mkdir(parents=True)
+    (tmp_path / "root" / "a" / "f").write_bytes(DATA)
+    (tmp_path / "root" / "a" / "loop").symlink_to(tmp_path / "root" / "a")
+    with pytest.raises(PermanentStorageError, match="reached again through a symbolic link"):
+        await LocalStore(tmp_path / "root").list("")
+
+
 def test_file_url_naming_another_host_is_refused() -> None:
     with pytest.raises(UnsupportedStorageError, match="file://elsewhere/x"):
         open_storage("file://elsewhere/x", ChangelogOptions())

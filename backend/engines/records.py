@@ -18,6 +18,7 @@ from typing import Any
 import msgpack
 
 from pyspark_dstl.backend.errors import CorruptCheckpointError, StoreIdError
+from pyspark_dstl.core.errors import excerpt
 
 OP_PUT = 1
 OP_DELETE = 2
@@ -114,9 +115,10 @@ def new_packer() -> Any:
 def decode_payload(data: bytes, where: str) -> tuple[VersionMarker, list[Record]]:
     """Marker and records of one payload; CorruptCheckpointError naming `where` otherwise."""
     try:
-        body = msgpack.unpackb(data, raw=False, use_list=True)
+        body = msgpack.unpackb(data, raw=False, use_list=True, ext_hook=_refuse_ext)
     except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
-        raise CorruptCheckpointError(f"{where}: change payload is not msgpack: {exc}") from exc
+        raise CorruptCheckpointError(f"{where}: change payload is not msgpack: "
+                                     f"{excerpt(exc)}") from exc
     if not isinstance(body, list) or not body:
         raise CorruptCheckpointError(f"{where}: change payload is not a non-empty list")
     marker = _marker(body[0], where)
@@ -133,7 +135,7 @@ def decode_writes(data: bytes, where: str,
     record (benchmarks/recovery); any payload they do not accept goes through decode_payload,
     so what is accepted, and every error, are exactly decode_payload's."""
     try:
-        body = msgpack.unpackb(data, raw=False, use_list=False)
+        body = msgpack.unpackb(data, raw=False, use_list=False, ext_hook=_refuse_ext)
     except Exception:  # decode_payload below raises the proper error
         body = None
     if type(body) is tuple and body and _is_marker(body[0]):
@@ -169,6 +171,10 @@ def physical_keys(cfs: Sequence[str], keys: Sequence[bytes]) -> list[bytes]:
     return list(map(operator.add, map(prefixes.__getitem__, cfs), keys))
 
 
+def _refuse_ext(code: int, data: bytes) -> Any:
+    raise ValueError(f"msgpack extension type {code} is not part of a change payload")
+
+
 def _is_marker(item: Any) -> bool:
     """_marker's test, for a msgpack array decoded as a tuple."""
     return (isinstance(item, tuple) and len(item) == 4 and item[0] == OP_VERSION
@@ -181,17 +187,17 @@ def _marker(item: Any, where: str) -> VersionMarker:
             or not isinstance(item[1], int) or not isinstance(item[2], str)
             or not (item[3] is None or isinstance(item[3], str))):
         raise CorruptCheckpointError(f"{where}: change payload does not start with a "
-                                     f"version marker: {item!r:.80}")
+                                     f"version marker: {excerpt(item, 80)}")
     return VersionMarker(item[1], item[2], item[3])
 
 
 def _record(item: Any, where: str) -> Record:
     if not isinstance(item, list) or len(item) != 4 or not isinstance(item[1], str) \
             or not isinstance(item[2], bytes):
-        raise CorruptCheckpointError(f"{where}: malformed change record {item!r:.80}")
+        raise CorruptCheckpointError(f"{where}: malformed change record {excerpt(item, 80)}")
     op, cf, key, value = item
     if op == OP_PUT and isinstance(value, bytes):
         return (OP_PUT, cf, key, value)
     if op == OP_DELETE and value is None:
         return (OP_DELETE, cf, key, None)
-    raise CorruptCheckpointError(f"{where}: unknown change record op {op!r}")
+    raise CorruptCheckpointError(f"{where}: unknown change record op {excerpt(op, 80)}")

@@ -15,6 +15,7 @@ from pyspark_dstl.backend.errors import CorruptCheckpointError
 from pyspark_dstl.backend.lineage.naming import check_unique_id, check_version, split_store_id
 from pyspark_dstl.changelog.errors import HandleError
 from pyspark_dstl.changelog.handle import ChangelogHandle
+from pyspark_dstl.core.errors import excerpt
 from pyspark_dstl.materializer.errors import MaterializerError
 from pyspark_dstl.materializer.handle import MaterializedHandle
 
@@ -82,7 +83,7 @@ class CheckpointInfo:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CheckpointInfo:
         if not isinstance(data, Mapping):
-            raise CorruptCheckpointError(f"checkpoint info is not a mapping: {data!r:.80}")
+            raise CorruptCheckpointError(f"checkpoint info is not a mapping: {excerpt(data)}")
         version = data.get("format_version")
         if version != INFO_FORMAT_VERSION:
             raise CorruptCheckpointError(f"unsupported checkpoint info format version "
@@ -104,11 +105,12 @@ class CheckpointInfo:
                 pending_snapshot=(_int(pending[0]), str(pending[1])) if pending else None,
             )
         except (KeyError, TypeError, ValueError, HandleError, MaterializerError) as exc:
-            raise CorruptCheckpointError(f"invalid checkpoint info of store "
-                                         f"{data.get('store_id')!r}: {exc!r}") from exc
+            store = excerpt(data.get("store_id"))
+            raise CorruptCheckpointError(f"invalid checkpoint info of store {store}: "
+                                         f"{excerpt(exc)}") from exc
 
 
 def _int(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"expected an integer, got {value!r}")
+        raise TypeError(f"expected an integer, got {excerpt(value)}")
     return value

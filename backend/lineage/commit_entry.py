@@ -16,8 +16,10 @@ from typing import Any
 from pyspark_dstl.backend.errors import BackendError, CommitLogCorruptError, CommitLogError
 from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
 from pyspark_dstl.backend.lineage.naming import make_store_id
+from pyspark_dstl.core.errors import excerpt
 
 MAGIC = "DSTL-COMMIT"
+FENCE_MAGIC = "DSTL-FENCE"
 FORMAT_VERSION = 1
 
 
@@ -31,10 +33,14 @@ class OperatorCommit:
 
 @dataclass(frozen=True)
 class CommitEntry:
+    """`writer`: (epoch, run id) of the run that wrote it; None in entries written before
+    fencing (lineage/fencing.py) existed."""
+
     batch_id: int
     operators: Mapping[str, OperatorCommit]
     created_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     extra: Mapping[str, Any] = field(default_factory=dict)
+    writer: tuple[int, str] | None = None
 
     def __post_init__(self) -> None:
         for operator, commit in self.operators.items():
@@ -62,6 +68,8 @@ class CommitEntry:
             },
             "created_ms": self.created_ms,
             "extra": dict(self.extra),
+            "writer": ({"epoch": self.writer[0], "run_id": self.writer[1]}
+                       if self.writer is not None else None),
         }
 
     @classmethod
@@ -74,8 +82,40 @@ class CommitEntry:
             )
             for op, c in data["operators"].items()
         }
+        writer = data.get("writer")
         return cls(int(data["batch_id"]), operators, int(data["created_ms"]),
-                   dict(data.get("extra", {})))
+                   dict(data.get("extra", {})),
+                   (int(writer["epoch"]), str(writer["run_id"])) if writer else None)
+
+
+@dataclass(frozen=True)
+class Fence:
+    """Written by a run taking over from one it presumes dead, at the names that run would
+    give its next entries: the old run can then never add an entry after the takeover."""
+
+    epoch: int
+    run_id: str
+    fenced: tuple[int, str] | None  # (epoch, run id) of the run taken over
+    created_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "run_id": self.run_id,
+                "fenced": list(self.fenced) if self.fenced else None,
+                "created_ms": self.created_ms}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Fence:
+        fenced = data.get("fenced")
+        return cls(int(data["epoch"]), str(data["run_id"]),
+                   (int(fenced[0]), str(fenced[1])) if fenced else None,
+                   int(data["created_ms"]))
+
+
+def encode_fence(fence: Fence) -> bytes:
+    body = fence.to_dict()
+    document = {"magic": FENCE_MAGIC, "format_version": FORMAT_VERSION,
+                "checksum": _checksum(body), "entry": body}
+    return json.dumps(document, sort_keys=True, indent=1).encode()
 
 
 def encode_entry(entry: CommitEntry) -> bytes:
@@ -86,23 +126,36 @@ def encode_entry(entry: CommitEntry) -> bytes:
 
 
 def decode_entry(data: bytes, path: str) -> CommitEntry:
+    """A commit entry; a fence or anything else at `path` is CommitLogCorruptError."""
+    record = decode_record(data, path)
+    if not isinstance(record, CommitEntry):
+        raise CommitLogCorruptError(f"commit log entry {path!r} is a fence written by run "
+                                    f"{record.run_id} (epoch {record.epoch}), not an entry")
+    return record
+
+
+def decode_record(data: bytes, path: str) -> CommitEntry | Fence:
+    """What a name under commits/ holds: a commit entry or a fence."""
     try:
         document = json.loads(data)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise CommitLogCorruptError(f"commit log entry {path!r} is not JSON: {exc}") from exc
-    if not isinstance(document, dict) or document.get("magic") != MAGIC:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise CommitLogCorruptError(f"commit log entry {path!r} is not JSON: "
+                                    f"{excerpt(exc)}") from exc
+    magic = document.get("magic") if isinstance(document, dict) else None
+    if magic not in (MAGIC, FENCE_MAGIC):
         raise CommitLogCorruptError(f"commit log entry {path!r} lacks magic {MAGIC!r}")
     if document.get("format_version") != FORMAT_VERSION:
         raise CommitLogCorruptError(f"commit log entry {path!r} has unsupported format "
-                                    f"version {document.get('format_version')!r} (this "
+                                    f"version {excerpt(document.get('format_version'))} (this "
                                     f"library reads {FORMAT_VERSION})")
     body = document.get("entry")
     if not isinstance(body, dict) or document.get("checksum") != _checksum(body):
         raise CommitLogCorruptError(f"commit log entry {path!r} fails its checksum")
     try:
-        return CommitEntry.from_dict(body)
-    except (BackendError, KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise CommitLogCorruptError(f"commit log entry {path!r} is malformed: {exc!r}") from exc
+        return Fence.from_dict(body) if magic == FENCE_MAGIC else CommitEntry.from_dict(body)
+    except (BackendError, KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        raise CommitLogCorruptError(f"commit log entry {path!r} is malformed: "
+                                    f"{excerpt(exc)}") from exc
 
 
 def _checksum(body: Mapping[str, Any]) -> str:

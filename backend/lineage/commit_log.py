@@ -1,23 +1,36 @@
 """The driver's commit log: one create-only JSON entry per committed batch.
 
-An entry is never overwritten: a re-executed batch writes the next generation
-f"commits/{batch_id}.{generation}", and readers take the highest generation. The entry format
-is in commit_entry.py.
+An entry is never overwritten. Each batch's entries are generations
+f"commits/{batch_id}.{generation}"; readers take the highest generation that holds an entry.
+Writing needs the lease of the run holding the root (fencing.py) and takes exactly one name:
+the next generation of the batch. A name already taken means another run wrote first, and the
+write fails; it never moves on to a later name. A batch at or below the latest committed one is
+refused unless it is an explicit re-execution (`rerun=True`) of the latest batch, which writes
+that batch's next generation.
+
+A run taking over from one it presumes dead writes fences (commit_entry.Fence) at the names the
+old run would give its next entry (the next batch, and the latest batch re-executed), so a
+late write of the old run finds its name taken. Readers skip fences. Entry format:
+commit_entry.py.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
-from pyspark_dstl.backend.errors import CommitLogError
+from pyspark_dstl.backend.errors import BackendError, CommitLogError, FencedError
 from pyspark_dstl.backend.faults import kill_point
 from pyspark_dstl.backend.lineage.commit_entry import (
     CommitEntry,
+    Fence,
     OperatorCommit,
     decode_entry,
+    decode_record,
     encode_entry,
+    encode_fence,
 )
 from pyspark_dstl.changelog.errors import (
     ChangelogError,
@@ -28,52 +41,145 @@ from pyspark_dstl.changelog.errors import (
 from pyspark_dstl.changelog.storage.base import ObjectInfo
 from pyspark_dstl.materializer.remote import RemoteFiles
 
-__all__ = ["CommitEntry", "CommitLog", "OperatorCommit", "decode_entry", "encode_entry"]
+__all__ = ["CommitEntry", "CommitLog", "Fence", "OperatorCommit", "WriteGuard", "decode_entry",
+           "encode_entry"]
 
 COMMITS_PREFIX = "commits"
 _ENTRY_NAME = re.compile(r"^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$")
-_MAX_WRITE_RACES = 8
+_MAX_FENCE_RACES = 16
+_RECENT_ENTRIES = 4
 T = TypeVar("T")
+Generations = dict[int, list[tuple[int, ObjectInfo]]]
+
+
+class WriteGuard(Protocol):
+    """The lease of the run holding the root (fencing.CheckpointLease)."""
+
+    @property
+    def epoch(self) -> int: ...
+
+    @property
+    def run_id(self) -> str: ...
+
+    def check(self, action: str) -> None:
+        """Raise FencedError unless this run still holds the root."""
 
 
 class CommitLog:
-    """Blocking API over the storage loop; never call it from that loop's thread."""
+    """Blocking API over the storage loop; never call it from that loop's thread.
 
-    def __init__(self, storage: RemoteFiles, prefix: str = COMMITS_PREFIX) -> None:
+    `lease`: the default lease of `write` (so a run can hand out a log it writes through).
+    """
+
+    def __init__(self, storage: RemoteFiles, prefix: str = COMMITS_PREFIX,
+                 lease: WriteGuard | None = None) -> None:
         self._storage = storage
         self._prefix = prefix.strip("/")
+        self._lease = lease
+        self._is_fence: dict[str, bool] = {}  # records are immutable: what is known stays
+        self._recent: dict[str, CommitEntry] = {}  # entries just read to tell their kind
 
     def path_of(self, batch_id: int, generation: int) -> str:
         return f"{self._prefix}/{batch_id}.{generation}"
 
-    def write(self, batch_id: int, entry: CommitEntry) -> str:
-        """Store `entry` as the next generation of `batch_id`; returns its path."""
-        if entry.batch_id != batch_id:
-            raise CommitLogError(f"entry of batch {entry.batch_id} written as batch {batch_id}")
+    # --- writing -------------------------------------------------------------------------------
+
+    def write(self, batch_id: int, entry: CommitEntry, *, lease: WriteGuard | None = None,
+              rerun: bool = False) -> str:
+        """Store `entry` as batch `batch_id`'s next generation; returns its path.
+
+        `rerun`: the batch is the latest committed one, executed again (a restarted query
+        repeating a batch whose commit the engine did not record).
+        """
         if isinstance(batch_id, bool) or not isinstance(batch_id, int) or batch_id < 0:
             raise CommitLogError(f"batch id must be a non-negative integer, got {batch_id!r}")
-        data = encode_entry(entry)
-        for _ in range(_MAX_WRITE_RACES):
-            generations = self.generations().get(batch_id, [])
-            path = self.path_of(batch_id, generations[-1][0] + 1 if generations else 0)
-            kill_point("commit_log_before")
+        if entry.batch_id != batch_id:
+            raise CommitLogError(f"entry of batch {entry.batch_id} written as batch {batch_id}")
+        guard = lease or self._lease
+        if guard is None:
+            raise CommitLogError(f"commit log entry of batch {batch_id} under "
+                                 f"{self._prefix!r}: writing needs the lease of the run "
+                                 f"holding the checkpoint (lineage/fencing.py acquire)")
+        generations = self.generations()
+        newest = self._newest_slot(generations)
+        try:
+            self._check_order(batch_id, newest[0] if newest else None, rerun)
+        except CommitLogError:
+            guard.check(f"write the commit log entry of batch {batch_id}")  # fenced, maybe
+            raise
+        taken = generations.get(batch_id, [])
+        path = self.path_of(batch_id, taken[-1][0] + 1 if taken else 0)
+        data = encode_entry(dataclasses.replace(entry, writer=(guard.epoch, guard.run_id)))
+        guard.check(f"write the commit log entry of batch {batch_id}")
+        kill_point("commit_log_before")
+        try:
+            self._storage.loop.run(self._storage.aput(path, data))
+        except UploadFailedError as exc:
+            if isinstance(exc.__cause__, ObjectExistsError):
+                raise self._slot_taken(path, batch_id, guard) from exc
+            raise CommitLogError(f"cannot write commit log entry {path!r}: {exc}") from exc
+        except ChangelogError as exc:
+            raise CommitLogError(f"cannot write commit log entry {path!r}: {exc}") from exc
+        kill_point("commit_log_after")
+        return path
+
+    def _check_order(self, batch_id: int, latest: int | None, rerun: bool) -> None:
+        if rerun:
+            if latest != batch_id:
+                raise CommitLogError(f"batch {batch_id} cannot be re-executed: the latest "
+                                     f"committed batch under {self._prefix!r} is {latest}")
+        elif latest is not None and batch_id <= latest:
+            raise CommitLogError(
+                f"batch {batch_id} is at or below the latest committed batch {latest} under "
+                f"{self._prefix!r}" + (": re-executing it needs rerun=True"
+                                       if batch_id == latest else ""))
+
+    def _slot_taken(self, path: str, batch_id: int, guard: WriteGuard) -> BackendError:
+        try:
+            record = self._record(path)
+        except (CommitLogError, ObjectNotFoundError) as exc:
+            return CommitLogError(f"commit log entry {path!r} of batch {batch_id} was written "
+                                  f"by another run first ({exc})")
+        by = f"run {record.run_id} (epoch {record.epoch})" if isinstance(record, Fence) else (
+            f"run {record.writer[1]} (epoch {record.writer[0]})" if record.writer
+            else "another writer")
+        return FencedError(f"commit log entry {path!r} of batch {batch_id} was taken by {by} "
+                           f"first: run {guard.run_id} (epoch {guard.epoch}) no longer holds "
+                           f"the checkpoint and must stop")
+
+    def fence(self, epoch: int, run_id: str, fenced: tuple[int, str] | None) -> list[str]:
+        """Take the names a run taken over would write next: the next batch after the latest
+        entry and the latest batch's next generation (batch 0 on an empty log)."""
+        fence = encode_fence(Fence(epoch, run_id, fenced))
+        for _ in range(_MAX_FENCE_RACES):
+            generations = self.generations()
+            newest = self._newest_slot(generations)
+            batches = [0] if newest is None else [newest[0] + 1, newest[0]]
+            paths = []
+            for batch in batches:
+                taken = generations.get(batch, [])
+                paths.append(self.path_of(batch, taken[-1][0] + 1 if taken else 0))
             try:
-                self._storage.loop.run(self._storage.aput(path, data))
+                for path in paths:
+                    self._storage.loop.run(self._storage.aput(path, fence))
+                    self._is_fence[path] = True
             except UploadFailedError as exc:
                 if isinstance(exc.__cause__, ObjectExistsError):
-                    continue  # another writer took this generation: take the next one
-                raise CommitLogError(f"cannot write commit log entry {path!r}: {exc}") from exc
+                    continue  # the old run wrote one more entry: fence after it
+                raise CommitLogError(f"cannot write the fence {path!r}: {exc}") from exc
             except ChangelogError as exc:
-                raise CommitLogError(f"cannot write commit log entry {path!r}: {exc}") from exc
-            kill_point("commit_log_after")
-            return path
-        raise CommitLogError(f"commit log entry of batch {batch_id}: lost {_MAX_WRITE_RACES} "
-                             f"races for a generation under {self._prefix!r}")
+                raise CommitLogError(f"cannot write the fence {path!r}: {exc}") from exc
+            return paths
+        raise CommitLogError(f"commit log under {self._prefix!r}: entries kept appearing "
+                             f"while fencing {_MAX_FENCE_RACES} times")
 
-    def generations(self) -> dict[int, list[tuple[int, ObjectInfo]]]:
-        """batch id -> [(generation, object)], generations ascending; foreign names ignored."""
+    # --- reading -------------------------------------------------------------------------------
+
+    def generations(self) -> Generations:
+        """batch id -> [(generation, object)], generations ascending, fences included;
+        foreign names ignored."""
         infos = self._run(self._storage.alist(self._prefix + "/"), self._prefix)
-        found: dict[int, list[tuple[int, ObjectInfo]]] = {}
+        found: Generations = {}
         for info in infos:
             match = _ENTRY_NAME.match(info.path[len(self._prefix) + 1:])
             if match:
@@ -81,39 +187,86 @@ class CommitLog:
         return {batch: sorted(gens, key=lambda g: g[0]) for batch, gens in sorted(found.items())}
 
     def batch_ids(self) -> list[int]:
-        return list(self.generations())
+        """Committed batches: up to the latest entry (batches above it hold only fences)."""
+        generations = self.generations()
+        newest = self._newest_slot(generations)
+        return [] if newest is None else [b for b in generations if b <= newest[0]]
 
     def read(self, batch_id: int) -> CommitEntry:
-        generations = self.generations().get(batch_id)
-        if not generations:
+        found = self._entry_of(self.generations().get(batch_id, []))
+        if found is None:
             raise CommitLogError(f"no commit log entry for batch {batch_id} under "
                                  f"{self._prefix!r}")
-        return self._read_path(generations[-1][1].path)
+        return self._read_path(found[1].path)
 
     def latest(self) -> tuple[int, CommitEntry] | None:
-        generations = self.generations()
-        if not generations:
-            return None
-        batch_id = max(generations)
-        return batch_id, self._read_path(generations[batch_id][-1][1].path)
+        newest = self._newest_slot(self.generations())
+        return None if newest is None else (newest[0], self._read_path(newest[2].path))
 
     def retained(self, count: int) -> list[CommitEntry]:
         """The newest `count` committed batches, oldest first."""
         if count < 1:
             raise CommitLogError(f"retention must keep at least one batch, got {count}")
         generations = self.generations()
-        kept = sorted(generations)[-count:]
-        return [self._read_path(generations[b][-1][1].path) for b in kept]
+        kept: list[CommitEntry] = []
+        for batch_id in sorted(generations, reverse=True):
+            found = self._entry_of(generations[batch_id])
+            if found is not None:
+                kept.append(self._read_path(found[1].path))
+                if len(kept) == count:
+                    break
+        return kept[::-1]
 
     def obsolete(self, oldest_retained_batch: int) -> list[ObjectInfo]:
-        """Entries of older batches, and every generation but the newest of retained ones."""
+        """Entries and fences of older batches, and of a retained batch every generation
+        below its newest entry; fences above the newest entry stay (they still fence)."""
         result: list[ObjectInfo] = []
         for batch_id, gens in self.generations().items():
-            drop = gens if batch_id < oldest_retained_batch else gens[:-1]
-            result.extend(info for _, info in drop)
+            if batch_id < oldest_retained_batch:
+                result.extend(info for _, info in gens)
+                continue
+            found = self._entry_of(gens)
+            if found is not None:
+                result.extend(info for generation, info in gens if generation < found[0])
         return result
 
+    def _newest_slot(self, generations: Generations) -> tuple[int, int, ObjectInfo] | None:
+        """(batch, generation, object) of the newest entry, fences skipped."""
+        for batch_id in sorted(generations, reverse=True):
+            found = self._entry_of(generations[batch_id])
+            if found is not None:
+                return batch_id, found[0], found[1]
+        return None
+
+    def _entry_of(self, gens: list[tuple[int, ObjectInfo]]) -> tuple[int, ObjectInfo] | None:
+        """(generation, object) of a batch's newest generation that is not a fence."""
+        for generation, info in reversed(gens):
+            is_fence = self._is_fence.get(info.path)
+            if is_fence is None:
+                record = self._record(info.path)
+                is_fence = isinstance(record, Fence)
+                self._is_fence[info.path] = is_fence
+                if isinstance(record, CommitEntry):
+                    self._remember(info.path, record)
+            if not is_fence:
+                return generation, info
+        return None
+
+    def _record(self, path: str) -> CommitEntry | Fence:
+        try:
+            data = self._run(self._storage.aget(path), path)
+        except ObjectNotFoundError as exc:
+            raise CommitLogError(f"commit log entry {path!r} disappeared while reading") from exc
+        return decode_record(data, path)
+
+    def _remember(self, path: str, entry: CommitEntry) -> None:
+        while len(self._recent) >= _RECENT_ENTRIES:
+            self._recent.pop(next(iter(self._recent)))
+        self._recent[path] = entry
+
     def _read_path(self, path: str) -> CommitEntry:
+        if path in self._recent:
+            return self._recent[path]
         try:
             data = self._run(self._storage.aget(path), path)
         except ObjectNotFoundError as exc:
@@ -127,3 +280,4 @@ class CommitLog:
             raise
         except ChangelogError as exc:
             raise CommitLogError(f"commit log storage failed on {path!r}: {exc}") from exc
+

@@ -9,18 +9,19 @@ handle of what was replayed can be rebuilt.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 
 from pyspark_dstl.backend.engines.base import Engine
 from pyspark_dstl.backend.engines.records import decode_writes, physical_keys
 from pyspark_dstl.backend.errors import CorruptCheckpointError, LineageError
+from pyspark_dstl.backend.lineage.completion import require_checkpoint, status_from_files
 from pyspark_dstl.backend.lineage.resolver import ReplayPlan
-from pyspark_dstl.backend.lineage.rules import MarkerCheck
+from pyspark_dstl.backend.lineage.rules import HeaderMeta, MarkerCheck
 from pyspark_dstl.changelog import ChangeSet
 from pyspark_dstl.changelog.errors import ChangelogError, FormatError, ObjectNotFoundError
-from pyspark_dstl.changelog.files import LogInFile, read_file_log
+from pyspark_dstl.changelog.files import FileHeader, LogInFile, read_file_log
 from pyspark_dstl.changelog.handle import ChangelogHandle, Segment
 from pyspark_dstl.changelog.storage_service import ChangelogStorage, SyncReader
 
@@ -153,16 +154,19 @@ def replay_files(storage: ChangelogStorage, store_id: str, plan: ReplayPlan, fro
 
     Within one commit's files a change set may appear twice: an upload that gave up may
     still have landed before its retry in the next file. Such a repeat must be identical and
-    is skipped; anything else out of SQN order is a broken lineage.
+    is skipped; anything else out of SQN order is a broken lineage. Each commit's files must
+    hold exactly the change sets its last upload names (completion.py).
     """
     stats = ReplayStats()
     segments: list[Segment] = []
     next_sqn = from_sqn
     writes = PendingWrites(engine)
-    for version, _, paths in plan.steps:
+    for version, unique_id, paths in plan.steps:
         seen: dict[int, bytes] = {}  # SQN -> digest, for this commit's files
+        newest: FileHeader | None = None
         for path in paths:
             log = _read_log(storage, store_id, version, path)
+            newest = log.header
             stats.files += 1
             stats.bytes += log.file_size
             for segment, change_set in log.located:
@@ -177,9 +181,22 @@ def replay_files(storage: ChangelogStorage, store_id: str, plan: ReplayPlan, fro
                 apply_change_set(writes, change_set, check, where, stats)
                 segments.append(segment)
                 next_sqn = change_set.sqn + 1
+        if newest is not None:
+            _check_completed(store_id, version, unique_id, newest, paths[-1], seen)
     writes.flush()
     check.finish(f"the changelog files of versions {[v for v, _, _ in plan.steps]}")
     return ChangelogHandle.of(store_id, from_sqn, next_sqn, segments), stats
+
+
+def _check_completed(store_id: str, version: int, unique_id: str, header: FileHeader,
+                     path: str, sqns: Collection[int]) -> None:
+    """The step's files hold exactly the change sets its last upload names."""
+    metadata = next((log.metadata for log in header.logs if log.log_id == store_id), None)
+    if metadata is None:
+        raise CorruptCheckpointError(f"store {store_id!r}: changelog file {path!r} holds no "
+                                     f"log of this store")
+    meta = HeaderMeta.from_dict(metadata, path)
+    require_checkpoint(store_id, version, unique_id, status_from_files(meta, path, sqns))
 
 
 def _read_log(storage: ChangelogStorage, store_id: str, version: int, path: str) -> LogInFile:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pyspark_dstl.backend.errors import CorruptCheckpointError, LineageError
+from pyspark_dstl.backend.lineage.completion import require_checkpoint, status_from_header
 from pyspark_dstl.backend.lineage.listing import list_store_dir
 from pyspark_dstl.backend.lineage.naming import store_dir
 from pyspark_dstl.backend.lineage.rules import HeaderMeta
@@ -91,6 +92,7 @@ def plan_replay(storage: ChangelogStorage, store_id: str, version: int,
                                f"store {header.store_id!r} version {header.version} id "
                                f"{header.unique_id!r}, not version {current[0]} id "
                                f"{current[1]!r}")
+        require_checkpoint(store_id, *current, status_from_header(header, paths[-1]))
         steps.append((current[0], current[1], tuple(paths)))
         for lineage_version, lineage_id in reversed(header.lineage):
             lineage_paths = files.changelog_paths(lineage_version, lineage_id)

@@ -14,6 +14,7 @@ from typing import Any
 from pyspark_dstl.backend.engines.records import VersionMarker
 from pyspark_dstl.backend.errors import CorruptCheckpointError, LineageError
 from pyspark_dstl.backend.lineage.checkpoint import Lineage
+from pyspark_dstl.core.errors import excerpt
 
 
 @dataclass(frozen=True)
@@ -27,8 +28,28 @@ class SnapshotRef:
 
 
 @dataclass(frozen=True)
+class FinalMark:
+    """What the files of a commit's last upload carry: the SQNs of all the commit's change
+    sets. An attempt is a completed commit when its files hold exactly these SQNs."""
+
+    from_sqn: int
+    to_sqn: int
+
+
+EARLY = "early"
+"""`HeaderMeta.completion` of a file uploaded before the commit's last upload."""
+LEGACY = "legacy"
+"""`HeaderMeta.completion` of a file written before completion marks existed."""
+
+
+@dataclass(frozen=True)
 class HeaderMeta:
-    """Metadata of a commit's changelog files. `lineage` covers (snapshot.version, version)."""
+    """Metadata of a commit's changelog files. `lineage` covers (snapshot.version, version).
+
+    `completion` is a FinalMark in the files of the commit's last upload, EARLY in files
+    uploaded before it (a large transaction's early uploads), LEGACY when the header has no
+    "commit" key at all (written by a version without completion marks).
+    """
 
     store_id: str
     version: int
@@ -36,6 +57,11 @@ class HeaderMeta:
     base_unique_id: str | None
     lineage: Lineage
     snapshot: SnapshotRef | None
+    completion: FinalMark | str = EARLY
+
+    @property
+    def final(self) -> FinalMark | None:
+        return self.completion if isinstance(self.completion, FinalMark) else None
 
     def to_dict(self) -> dict[str, Any]:
         snapshot = self.snapshot
@@ -48,6 +74,7 @@ class HeaderMeta:
             "snapshot": None if snapshot is None else {
                 "version": snapshot.version, "unique_id": snapshot.unique_id,
                 "sqn": snapshot.sqn, "manifest_path": snapshot.manifest_path},
+            **_completion_dict(self.completion),
         }
 
     @classmethod
@@ -60,10 +87,11 @@ class HeaderMeta:
             base = data["base_unique_id"]
             meta = cls(str(data["store_id"]), int(data["version"]), str(data["unique_id"]),
                        None if base is None else str(base),
-                       tuple((int(v), str(uid)) for v, uid in data["lineage"]), snapshot)
+                       tuple((int(v), str(uid)) for v, uid in data["lineage"]), snapshot,
+                       _completion(data))
         except (KeyError, TypeError, ValueError) as exc:
             raise CorruptCheckpointError(f"changelog file {path!r}: header metadata is not a "
-                                         f"commit header: {exc!r}") from exc
+                                         f"commit header: {excerpt(exc)}") from exc
         meta.check(path)
         return meta
 
@@ -87,6 +115,32 @@ class HeaderMeta:
             raise LineageError(f"store {self.store_id!r}: changelog file {path!r} of version "
                                f"{self.version} has base id {self.base_unique_id!r} but its "
                                f"lineage ends with {expected_base!r}")
+
+
+def _completion_dict(completion: FinalMark | str) -> dict[str, Any]:
+    if completion == LEGACY:
+        return {}
+    if isinstance(completion, FinalMark):
+        return {"commit": {"from_sqn": completion.from_sqn, "to_sqn": completion.to_sqn}}
+    return {"commit": None}
+
+
+def _completion(data: Mapping[str, Any]) -> FinalMark | str:
+    if "commit" not in data:
+        return LEGACY
+    raw = data["commit"]
+    if raw is None:
+        return EARLY
+    mark = FinalMark(_int(raw["from_sqn"]), _int(raw["to_sqn"]))
+    if not 0 <= mark.from_sqn < mark.to_sqn:
+        raise ValueError(f"commit SQN range [{mark.from_sqn}, {mark.to_sqn}) is empty")
+    return mark
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"expected an integer, got {excerpt(value)}")
+    return value
 
 
 class MarkerCheck:

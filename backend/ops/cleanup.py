@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import posixpath
+import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -30,9 +31,12 @@ from typing import Protocol
 from pyspark_dstl.backend.errors import BackendError
 from pyspark_dstl.backend.faults import kill_point
 from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
-from pyspark_dstl.backend.lineage.commit_log import CommitEntry, CommitLog
+from pyspark_dstl.backend.lineage.commit_log import CommitEntry, CommitLog, WriteGuard
+from pyspark_dstl.backend.lineage.fencing import CheckpointLease, acquire, held_lease
 from pyspark_dstl.backend.lineage.listing import StoreDirListing, list_stores
 from pyspark_dstl.backend.lineage.naming import store_dir
+from pyspark_dstl.backend.ops.attempts import attempts_of, read_newest_header
+from pyspark_dstl.backend.options import FencingOptions
 from pyspark_dstl.changelog.config import ChangelogOptions
 from pyspark_dstl.changelog.storage.base import ObjectInfo
 from pyspark_dstl.materializer.errors import MaterializerError
@@ -52,6 +56,9 @@ class CleanableFiles(RemoteFiles, Protocol):
 
     @property
     def options(self) -> ChangelogOptions: ...
+
+    @property
+    def url(self) -> str: ...
 
     async def aremove_incomplete_uploads(self, prefix: str, grace: float, *,
                                          dry_run: bool = False) -> list[ObjectInfo]: ...
@@ -75,6 +82,7 @@ class StoreCleanup:
     delete: list[ObjectInfo] = field(default_factory=list)
     references: Counter[str] = field(default_factory=Counter)
     unrecognized: list[str] = field(default_factory=list)  # data files without a version
+    uncommitted: list[str] = field(default_factory=list)  # attempts removed: never completed
     problems: list[str] = field(default_factory=list)
 
 
@@ -86,6 +94,7 @@ class CleanupReport:
     unknown_stores: list[str] = field(default_factory=list)
     incomplete_grace: float = MIN_INCOMPLETE_GRACE
     incomplete_uploads: list[ObjectInfo] = field(default_factory=list)  # temp files removed
+    deleted_by: tuple[int, str] | None = None  # (epoch, run id) of the run that deleted
 
     @property
     def files(self) -> list[str]:
@@ -112,8 +121,13 @@ class Cleaner:
                                f"got {incomplete_grace!r}")
 
     def run(self, entries: Sequence[CommitEntry], *, in_flight: Iterable[CheckpointInfo] = (),
-            commit_log: CommitLog | None = None, dry_run: bool = True) -> CleanupReport:
-        """Clean every store the retained `entries` name; delete nothing when dry_run."""
+            commit_log: CommitLog | None = None, dry_run: bool = True,
+            lease: WriteGuard | None = None) -> CleanupReport:
+        """Clean every store the retained `entries` name; delete nothing when dry_run.
+        Deleting needs the lease of the run holding the root, checked before each delete."""
+        if not dry_run and lease is None:
+            raise BackendError("cleanup: deleting needs the lease of the run holding the "
+                               "checkpoint")
         report = CleanupReport(dry_run, incomplete_grace=self._grace)
         retained: dict[str, list[CheckpointInfo]] = {}
         for entry in entries:
@@ -133,11 +147,14 @@ class Cleaner:
         sweep = [store_dir(store.store_id) + "/" for store in report.stores]
         if commit_log is not None:
             sweep.append(posixpath.dirname(commit_log.path_of(0, 0)) + "/")
+        if lease is not None and not dry_run:
+            lease.check("start deleting")
+            report.deleted_by = (lease.epoch, lease.run_id)
         for prefix in sweep:
             report.incomplete_uploads += self._storage.loop.run(
                 self._storage.aremove_incomplete_uploads(prefix, self._grace, dry_run=dry_run))
-        if not dry_run:
-            self._delete(report)
+        if lease is not None and not dry_run:
+            self._delete(report, lease)
         return report
 
     def plan_store(self, listing: StoreDirListing, committed: list[CheckpointInfo],
@@ -166,7 +183,29 @@ class Cleaner:
         for name, obj in [*listing.manifests, *listing.changelogs]:
             if not plan.references[obj.path] and name.version < plan.floor:
                 plan.delete.append(obj)
+        self._plan_uncommitted(listing, max(info.version for info in committed), plan)
         return plan
+
+    def _plan_uncommitted(self, listing: StoreDirListing, newest: int,
+                          plan: StoreCleanup) -> None:
+        """Attempts from the floor up to the newest committed version that never completed
+        their commit (aborted or crashed after early uploads) go once older than the grace:
+        the lineage has passed their version, so none can become part of it any more."""
+        now_ms = time.time() * 1000
+        for attempt in attempts_of(listing).values():
+            if not plan.floor <= attempt.version <= newest \
+                    or any(plan.references[info.path] for info in attempt.files):
+                continue
+            try:
+                newest_header = read_newest_header(self._storage, listing.store_id, attempt)
+            except BackendError as exc:
+                plan.problems.append(f"store {listing.store_id!r}: attempt {attempt.label} "
+                                     f"left alone: {exc}")
+                continue
+            age = (now_ms - newest_header.file.created_ms) / 1000
+            if not newest_header.status.is_checkpoint and age >= self._grace:
+                plan.delete.extend(attempt.files)
+                plan.uncommitted.append(attempt.label)
 
     def _read_manifests(self, paths: set[str], plan: StoreCleanup) -> dict[str, SnapshotManifest]:
         """The kept manifests; one that cannot be read stops the store's cleanup (the data
@@ -180,16 +219,18 @@ class Cleaner:
                                      f"cannot be read, the store is not cleaned: {exc}")
         return manifests
 
-    def _delete(self, report: CleanupReport) -> None:
+    def _delete(self, report: CleanupReport, lease: WriteGuard) -> None:
         for store in report.stores:
             # data files first, then manifests, then changelogs: a rerun finds what is left
             order = {"data": 0, "snapshot": 1, "changelog": 2}
             paths = sorted((info.path for info in store.delete),
                            key=lambda p: order[_kind(p)])
             if paths:
+                lease.check(f"delete {len(paths)} file(s) of store {store.store_id!r}")
                 kill_point("cleanup_delete")
                 self._storage.loop.run(self._storage.adelete_many(paths))
         if report.commit_entries:
+            lease.check(f"delete {len(report.commit_entries)} commit log entries")
             kill_point("cleanup_delete")
             self._storage.loop.run(self._storage.adelete_many(
                 [info.path for info in report.commit_entries]))
@@ -216,13 +257,30 @@ def _kind(path: str) -> str:
 
 def cleanup_checkpoint(storage: CleanableFiles, retain: int, *, dry_run: bool = True,
                        in_flight: Iterable[CheckpointInfo] = (),
-                       incomplete_grace: float | None = None) -> CleanupReport:
+                       incomplete_grace: float | None = None,
+                       lease: CheckpointLease | None = None,
+                       fencing: FencingOptions | None = None) -> CleanupReport:
     """Keep the newest `retain` commit log entries and what they need; clean the rest.
 
-    Temp files of uploads killed halfway go once older than `incomplete_grace` seconds
-    (default: default_incomplete_grace of the storage's options).
+    Temp files of uploads killed halfway, and attempts that never completed their commit, go
+    once older than `incomplete_grace` seconds (default: default_incomplete_grace of the
+    storage's options). Deleting is done as the run holding the root: `lease`, or else the
+    run of this process that holds it, or else a run taken for the cleanup and let go after
+    it (CheckpointHeldError while another run holds the root: stop that run first).
     """
     commit_log = CommitLog(storage)
-    entries = commit_log.retained(retain)
-    return Cleaner(storage, incomplete_grace).run(entries, in_flight=in_flight,
-                                                  commit_log=commit_log, dry_run=dry_run)
+    cleaner = Cleaner(storage, incomplete_grace)
+    if dry_run:
+        return cleaner.run(commit_log.retained(retain), in_flight=in_flight,
+                           commit_log=commit_log, dry_run=True)
+    held = lease or held_lease(storage)
+    own = held is None
+    if held is None:
+        held = acquire(storage, fencing or FencingOptions(), purpose="cleanup")
+    try:
+        with held.use():
+            return cleaner.run(commit_log.retained(retain), in_flight=in_flight,
+                               commit_log=commit_log, dry_run=False, lease=held)
+    finally:
+        if own:
+            held.release("cleanup done")

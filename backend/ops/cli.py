@@ -1,4 +1,8 @@
-"""`python -m backend inspect|verify|cleanup <checkpoint-url>`: look after a checkpoint root."""
+"""`python -m pyspark_dstl inspect|verify|cleanup|takeover <checkpoint-url>`: look after a root.
+
+Every command first checks that the root exists and holds a checkpoint (exit status 2 if
+not): a mistyped URL must never read as "0 problems".
+"""
 
 from __future__ import annotations
 
@@ -9,35 +13,44 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from pyspark_dstl.backend.errors import BackendError
+from pyspark_dstl.backend.lineage.fencing import take_over
 from pyspark_dstl.backend.ops.cleanup import CleanupReport, cleanup_checkpoint
 from pyspark_dstl.backend.ops.inspection import format_inspection, inspect_checkpoint
-from pyspark_dstl.backend.ops.verify import verify_checkpoint
+from pyspark_dstl.backend.ops.root import require_checkpoint
+from pyspark_dstl.backend.ops.verify import verify_report
+from pyspark_dstl.backend.options import FencingOptions
 from pyspark_dstl.changelog.config import ChangelogOptions
 from pyspark_dstl.changelog.errors import ChangelogError
 from pyspark_dstl.changelog.storage_service import ChangelogStorage
+from pyspark_dstl.core.errors import ConfigError
 from pyspark_dstl.materializer.errors import MaterializerError
 
 CHANGELOG_CONF_PREFIX = "spark.dstl.changelog."
+FENCING_CONF_PREFIX = "spark.dstl.fencing."
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m backend",
-                                     description="Inspect, verify or clean a checkpoint root.")
-    parser.add_argument("command", choices=("inspect", "verify", "cleanup"))
+    parser = argparse.ArgumentParser(prog="python -m pyspark_dstl",
+                                     description="Inspect, verify, clean or take over a "
+                                                 "checkpoint root.")
+    parser.add_argument("command", choices=("inspect", "verify", "cleanup", "takeover"))
     parser.add_argument("url", help="checkpoint root, e.g. s3://bucket/query or file:///path")
     parser.add_argument("--apply", action="store_true",
                         help="cleanup: really delete (the default is a dry run)")
     parser.add_argument("--retain", type=int, default=100,
                         help="cleanup: committed batches to keep (minBatchesToRetain)")
+    parser.add_argument("--run", help="takeover: the run id of the holder known to be dead "
+                                      "(as `inspect` shows it)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.add_argument("--s3-endpoint", help="S3 endpoint URL (e.g. a MinIO or test server)")
     parser.add_argument("--s3-region", help="S3 region")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
-                        help=f"any {CHANGELOG_CONF_PREFIX}* setting (repeatable)")
+                        help=f"any {CHANGELOG_CONF_PREFIX}* or {FENCING_CONF_PREFIX}* setting "
+                             f"(repeatable)")
     return parser
 
 
-def storage_options(args: argparse.Namespace) -> ChangelogOptions:
+def tool_conf(args: argparse.Namespace) -> dict[str, str]:
     conf: dict[str, str] = {}
     for item in args.conf:
         key, sep, value = item.partition("=")
@@ -48,11 +61,20 @@ def storage_options(args: argparse.Namespace) -> ChangelogOptions:
         conf[CHANGELOG_CONF_PREFIX + "s3.endpoint"] = args.s3_endpoint
     if args.s3_region:
         conf[CHANGELOG_CONF_PREFIX + "s3.region"] = args.s3_region
-    unknown = [key for key in conf if not key.startswith(CHANGELOG_CONF_PREFIX)]
+    unknown = [key for key in conf
+               if not key.startswith((CHANGELOG_CONF_PREFIX, FENCING_CONF_PREFIX))]
     if unknown:
-        raise ChangelogError(f"--conf {unknown[0]!r}: only {CHANGELOG_CONF_PREFIX}* settings "
-                             f"apply to the tool")
-    return ChangelogOptions.from_conf(conf, CHANGELOG_CONF_PREFIX)
+        raise ChangelogError(f"--conf {unknown[0]!r}: only {CHANGELOG_CONF_PREFIX}* and "
+                             f"{FENCING_CONF_PREFIX}* settings apply to the tool")
+    return conf
+
+
+def storage_options(args: argparse.Namespace) -> ChangelogOptions:
+    return ChangelogOptions.from_conf(tool_conf(args), CHANGELOG_CONF_PREFIX)
+
+
+def fencing_options(args: argparse.Namespace) -> FencingOptions:
+    return FencingOptions.from_conf(tool_conf(args), FENCING_CONF_PREFIX)
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
@@ -61,37 +83,63 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         storage = ChangelogStorage(args.url, storage_options(args))
-    except ChangelogError as exc:
+        fencing = fencing_options(args)
+    except (ChangelogError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
-        return _run(args, storage, out)
-    except (BackendError, ChangelogError, MaterializerError) as exc:
+        require_checkpoint(storage)
+        return _run(args, storage, fencing, out)
+    except (BackendError, ChangelogError, MaterializerError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     finally:
         storage.close()
 
 
-def _run(args: argparse.Namespace, storage: ChangelogStorage, out: TextIO) -> int:
+def _run(args: argparse.Namespace, storage: ChangelogStorage, fencing: FencingOptions,
+         out: TextIO) -> int:
     if args.command == "inspect":
         report = inspect_checkpoint(storage)
         print(json.dumps(report, indent=1) if args.json else format_inspection(report),
               file=out)
         return 0
     if args.command == "verify":
-        problems = verify_checkpoint(storage)
-        if args.json:
-            print(json.dumps({"problems": problems}, indent=1), file=out)
-        else:
-            for problem in problems:
-                print(problem, file=out)
-            print(f"{len(problems)} problem(s)", file=out)
-        return 1 if problems else 0
-    cleanup = cleanup_checkpoint(storage, args.retain, dry_run=not args.apply)
+        return _verify(args, storage, out)
+    if args.command == "takeover":
+        return _take_over(args, storage, fencing, out)
+    cleanup = cleanup_checkpoint(storage, args.retain, dry_run=not args.apply, fencing=fencing)
     print(json.dumps(_cleanup_dict(cleanup), indent=1) if args.json
           else _format_cleanup(cleanup), file=out)
     return 1 if cleanup.problems else 0
+
+
+def _verify(args: argparse.Namespace, storage: ChangelogStorage, out: TextIO) -> int:
+    report = verify_report(storage)
+    if args.json:
+        print(json.dumps({"problems": report.problems, "checkpoints": report.checkpoints,
+                          "uncommitted": report.uncommitted}, indent=1), file=out)
+    else:
+        for problem in report.problems:
+            print(problem, file=out)
+        for attempt in report.uncommitted:
+            print(f"not a checkpoint (its commit never completed): {attempt}", file=out)
+        print(f"{report.checkpoints} checkpoint(s), {len(report.uncommitted)} uncommitted "
+              f"attempt(s), {len(report.problems)} problem(s)", file=out)
+    return 1 if report.problems else 0
+
+
+def _take_over(args: argparse.Namespace, storage: ChangelogStorage, fencing: FencingOptions,
+               out: TextIO) -> int:
+    if not args.run:
+        raise ConfigError("takeover: --run RUN_ID names the holder known to be dead (see "
+                          "`inspect`)")
+    record = take_over(storage, fencing, args.run)
+    fenced = f"run {record.took_over[1]} (epoch {record.took_over[0]})" if record.took_over \
+        else f"run {args.run}"
+    print(f"{fenced} is fenced: it can no longer commit or delete anything in {storage.url}; "
+          f"the checkpoint is free for the next run (takeover epoch {record.epoch})", file=out)
+    return 0
 
 
 def _cleanup_dict(report: CleanupReport) -> dict[str, object]:
@@ -99,6 +147,9 @@ def _cleanup_dict(report: CleanupReport) -> dict[str, object]:
             "floors": {s.store_id: s.floor for s in report.stores},
             "unrecognized": [p for s in report.stores for p in s.unrecognized],
             "unknown_stores": report.unknown_stores, "problems": report.problems,
+            "uncommitted": [a for s in report.stores for a in s.uncommitted],
+            "deleted_by": (None if report.deleted_by is None else
+                           {"epoch": report.deleted_by[0], "run_id": report.deleted_by[1]}),
             "incomplete_uploads": [info.path for info in report.incomplete_uploads]}
 
 
@@ -110,6 +161,8 @@ def _format_cleanup(report: CleanupReport) -> str:
     for store in report.stores:
         lines += [f"store {store.store_id}: left alone (no version in its name): {path}"
                   for path in store.unrecognized]
+        lines += [f"store {store.store_id}: attempt {label} never completed its commit: "
+                  f"its files go" for label in store.uncommitted]
     lines += [f"store {store_id}: no retained checkpoint names it; left alone"
               for store_id in report.unknown_stores]
     lines += [f"problem: {problem}" for problem in report.problems]

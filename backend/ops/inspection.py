@@ -1,12 +1,18 @@
-"""`inspect`: what a checkpoint root holds, per store: versions, lineage, sizes, files."""
+"""`inspect`: what a checkpoint root holds, per store: versions, lineage, sizes, files.
+
+Attempts whose commit never completed (aborted or crashed after early uploads) are listed as
+uncommitted: they are not checkpoints and cannot be loaded.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from pyspark_dstl.backend.errors import CommitLogError
+from pyspark_dstl.backend.errors import BackendError, CommitLogError
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
+from pyspark_dstl.backend.lineage.fencing import holder_of
 from pyspark_dstl.backend.lineage.listing import StoreDirListing, list_stores
+from pyspark_dstl.backend.ops.attempts import AttemptKey, attempts_of, read_newest_header
 from pyspark_dstl.materializer.remote import RemoteFiles
 
 
@@ -26,8 +32,9 @@ def inspect_checkpoint(storage: RemoteFiles) -> dict[str, Any]:
         infos = {info.store_id: info for info in latest[1].infos()}
     stores = {}
     for store_id, listing in list_stores(storage).items():
-        stores[store_id] = _describe(listing)
         info = infos.get(store_id)
+        known = {(v, uid) for v, uid in info.lineage} if info is not None else set()
+        stores[store_id] = _describe(listing, _uncommitted(storage, listing, known, problems))
         if info is not None:
             stores[store_id]["committed"] = {
                 "version": info.version,
@@ -42,18 +49,58 @@ def inspect_checkpoint(storage: RemoteFiles) -> dict[str, Any]:
                                      if info.pending_snapshot else None),
             }
     return {"url": getattr(storage, "url", None), "batches": commit_log.batch_ids(),
-            "latest_batch": latest_batch, "stores": stores, "problems": problems}
+            "latest_batch": latest_batch, "holder": _holder(storage, problems),
+            "stores": stores, "problems": problems}
 
 
-def _describe(listing: StoreDirListing) -> dict[str, Any]:
+def _holder(storage: RemoteFiles, problems: list[str]) -> dict[str, Any] | None:
+    try:
+        holder = holder_of(storage)
+    except BackendError as exc:
+        problems.append(str(exc))
+        return None
+    if holder is None:
+        return None
+    record = holder.record
+    return {"run_id": record.run_id, "epoch": record.epoch, "purpose": record.purpose,
+            "process": record.process.to_dict(), "lease_seconds": record.lease_seconds,
+            "renewals": holder.renewals, "ended": holder.ended,
+            "took_over": (None if record.took_over is None else
+                          {"epoch": record.took_over[0], "run_id": record.took_over[1]})}
+
+
+def _uncommitted(storage: RemoteFiles, listing: StoreDirListing, known: set[AttemptKey],
+                 problems: list[str]) -> set[AttemptKey]:
+    """Attempts whose newest file says their commit never completed (one header read per
+    attempt the latest commit does not already vouch for)."""
+    found: set[AttemptKey] = set()
+    for key, attempt in attempts_of(listing).items():
+        if key in known:
+            continue
+        try:
+            newest = read_newest_header(storage, listing.store_id, attempt)
+        except BackendError as exc:
+            problems.append(str(exc))
+            continue
+        if not newest.status.is_checkpoint:
+            found.add(key)
+    return found
+
+
+def _describe(listing: StoreDirListing, uncommitted: set[AttemptKey]) -> dict[str, Any]:
     versions: dict[int, dict[str, list[str]]] = {}
+
+    def slot(version: int) -> dict[str, list[str]]:
+        return versions.setdefault(version, {"changelog": [], "uncommitted": [],
+                                             "snapshot": []})
+
     for name, _ in listing.changelogs:
-        ids = versions.setdefault(name.version, {"changelog": [], "snapshot": []})["changelog"]
+        kind = "uncommitted" if (name.version, name.unique_id) in uncommitted else "changelog"
+        ids = slot(name.version)[kind]
         if name.unique_id not in ids:
             ids.append(name.unique_id)
     for name, _ in listing.manifests:
-        versions.setdefault(name.version, {"changelog": [], "snapshot": []})[
-            "snapshot"].append(name.unique_id)
+        slot(name.version)["snapshot"].append(name.unique_id)
     return {
         "changelog_files": len(listing.changelogs),
         "changelog_bytes": sum(info.size for _, info in listing.changelogs),
@@ -68,6 +115,13 @@ def _describe(listing: StoreDirListing) -> dict[str, Any]:
 def format_inspection(report: dict[str, Any]) -> str:
     lines = [f"checkpoint {report['url']}: {len(report['batches'])} committed batch(es), "
              f"latest {report['latest_batch']}"]
+    holder = report.get("holder")
+    if holder is not None:
+        process = holder["process"]
+        state = "let go" if holder["ended"] else f"renewed {holder['renewals']} time(s)"
+        lines.append(f"holder: run {holder['run_id']} (epoch {holder['epoch']}, "
+                     f"{holder['purpose']}, pid {process['pid']} on {process['host']}), "
+                     f"{state}; lease {holder['lease_seconds']:g} s")
     for store_id, store in report["stores"].items():
         lines.append(f"store {store_id}: {store['changelog_files']} changelog file(s) "
                      f"{store['changelog_bytes']} B, {store['snapshots']} snapshot(s), "
@@ -81,7 +135,10 @@ def format_inspection(report: dict[str, Any]) -> str:
                          f"{committed['changelog_files']} file(s); pending snapshot "
                          f"{committed['pending_snapshot']}")
         for version, ids in store["versions"].items():
-            lines.append(f"  v{version}: changelog {', '.join(ids['changelog']) or '-'}; "
+            uncommitted = "".join(f", {uid} (uncommitted: not a checkpoint)"
+                                  for uid in ids["uncommitted"])
+            changelog = (", ".join(ids["changelog"]) + uncommitted).lstrip(", ") or "-"
+            lines.append(f"  v{version}: changelog {changelog}; "
                          f"snapshot {', '.join(ids['snapshot']) or '-'}")
         lines.extend(f"  unexpected file {path}" for path in store["other_files"])
     lines.extend(f"problem: {problem}" for problem in report["problems"])

@@ -1,13 +1,23 @@
-"""`verify`: read every file of a checkpoint root and check it; one line per problem."""
+"""`verify`: read every file of a checkpoint root and check it; one line per problem.
+
+It also counts the attempts that are checkpoints; one whose commit never completed (aborted or
+crashed after early uploads) is not a checkpoint and is listed apart, not as a problem, unless
+the latest commit builds on it.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from pyspark_dstl.backend.errors import BackendError
-from pyspark_dstl.backend.lineage.commit_log import CommitLog, decode_entry
+from pyspark_dstl.backend.lineage.commit_entry import CommitEntry, Fence, decode_record
+from pyspark_dstl.backend.lineage.commit_log import CommitLog
+from pyspark_dstl.backend.lineage.completion import status_from_files
 from pyspark_dstl.backend.lineage.listing import StoreDirListing, list_stores
 from pyspark_dstl.backend.lineage.rules import HeaderMeta
+from pyspark_dstl.backend.ops.attempts import StorageSource, attempts_of
 from pyspark_dstl.changelog.errors import ChangelogError
-from pyspark_dstl.changelog.files import verify_file
+from pyspark_dstl.changelog.files import read_file_log
 from pyspark_dstl.materializer.checksum import crc32_of
 from pyspark_dstl.materializer.errors import MaterializerError
 from pyspark_dstl.materializer.listing import aread_manifest
@@ -15,61 +25,107 @@ from pyspark_dstl.materializer.manifest import SnapshotManifest
 from pyspark_dstl.materializer.remote import RemoteFiles
 
 
+@dataclass
+class VerifyReport:
+    """Problems (unreadable or altered files, missing references; empty when sound), the
+    attempts that are checkpoints, and those that are not (their commit never completed)."""
+
+    problems: list[str] = field(default_factory=list)
+    checkpoints: int = 0
+    uncommitted: list[str] = field(default_factory=list)  # "<store>: <v>_<id>: reason"
+
+
 def verify_checkpoint(storage: RemoteFiles) -> list[str]:
     """Problems found: unreadable or altered files, missing references. Empty when sound."""
+    return verify_report(storage).problems
+
+
+def verify_report(storage: RemoteFiles) -> VerifyReport:
     listings = list_stores(storage)
     present = {info.path for listing in listings.values() for info in listing.all_files}
-    problems = _verify_commit_log(storage, present)
+    report = VerifyReport()
+    latest_attempts: set[tuple[str, int, str]] = set()
+    report.problems = _verify_commit_log(storage, present, latest_attempts)
     for listing in listings.values():
-        problems += _verify_store(storage, listing)
-    return problems
+        _verify_store(storage, listing, report, latest_attempts)
+    return report
 
 
 def _get(storage: RemoteFiles, path: str) -> bytes:
     return storage.loop.run(storage.aget(path))
 
 
-def _verify_commit_log(storage: RemoteFiles, present: set[str]) -> list[str]:
-    """Every entry decodes; the newest one names only files that exist."""
+
+def _verify_commit_log(storage: RemoteFiles, present: set[str],
+                       latest_attempts: set[tuple[str, int, str]]) -> list[str]:
+    """Every entry and fence decodes; the newest entry names only files that exist (its
+    attempts are added to `latest_attempts`: each must be a completed commit)."""
     problems: list[str] = []
-    latest_paths: set[str] = set()
-    generations = CommitLog(storage).generations()
-    newest = max(generations, default=None)
-    for batch_id, gens in generations.items():
+    entries: list[tuple[int, int, CommitEntry]] = []
+    for batch_id, gens in CommitLog(storage).generations().items():
         for generation, info in gens:
             try:
-                entry = decode_entry(_get(storage, info.path), info.path)
+                record = decode_record(_get(storage, info.path), info.path)
             except (BackendError, ChangelogError) as exc:
                 problems.append(f"commit log {info.path}: {exc}")
                 continue
-            if entry.batch_id != batch_id:
-                problems.append(f"commit log {info.path}: holds batch {entry.batch_id}")
-            if batch_id == newest and generation == gens[-1][0]:
-                for checkpoint in entry.infos():
-                    latest_paths.update(checkpoint.changelog.paths)
-                    if checkpoint.materialized is not None:
-                        latest_paths.add(checkpoint.materialized.manifest_path)
+            if isinstance(record, Fence):
+                continue
+            if record.batch_id != batch_id:
+                problems.append(f"commit log {info.path}: holds batch {record.batch_id}")
+            entries.append((batch_id, generation, record))
+    latest_paths: set[str] = set()
+    if entries:
+        for checkpoint in max(entries, key=lambda item: item[:2])[2].infos():
+            latest_attempts.update((checkpoint.store_id, v, uid)
+                                   for v, uid in checkpoint.lineage)
+            latest_paths.update(checkpoint.changelog.paths)
+            if checkpoint.materialized is not None:
+                latest_paths.add(checkpoint.materialized.manifest_path)
     problems += [f"latest commit references missing file {path}"
                  for path in sorted(latest_paths - present)]
     return problems
 
 
-def _verify_store(storage: RemoteFiles, listing: StoreDirListing) -> list[str]:
+def _verify_store(storage: RemoteFiles, listing: StoreDirListing, report: VerifyReport,
+                  latest_attempts: set[tuple[str, int, str]]) -> None:
+    problems = report.problems
+    store_id = listing.store_id
+    for attempt in attempts_of(listing).values():
+        sqns: list[int] = []
+        meta: HeaderMeta | None = None
+        broken = False
+        for info in attempt.files:
+            try:
+                read = read_file_log(StorageSource(storage), info.path, store_id)
+                logs = {log.log_id: log for log in read.header.logs}
+                if store_id not in logs:
+                    problems.append(f"changelog {info.path}: no log of store {store_id}")
+                    broken = True
+                    continue
+                meta = HeaderMeta.from_dict(logs[store_id].metadata, info.path)
+                if (meta.version, meta.unique_id) != (attempt.version, attempt.unique_id):
+                    problems.append(f"changelog {info.path}: header says version "
+                                    f"{meta.version} id {meta.unique_id}")
+                sqns += [change_set.sqn for _, change_set in read.located]
+            except (ChangelogError, BackendError) as exc:
+                problems.append(f"changelog {info.path}: {exc}")
+                broken = True
+        if broken or meta is None:
+            continue  # reported above
+        status = status_from_files(meta, attempt.newest.path, set(sqns))
+        if status.is_checkpoint:
+            report.checkpoints += 1
+        elif (store_id, attempt.version, attempt.unique_id) in latest_attempts:
+            problems.append(f"store {store_id}: the latest commit builds on attempt "
+                            f"{attempt.label}, whose commit is not complete: {status.reason}")
+        else:
+            report.uncommitted.append(f"store {store_id}: {attempt.label}: {status.reason}")
+    problems += _verify_manifests(storage, listing)
+
+
+def _verify_manifests(storage: RemoteFiles, listing: StoreDirListing) -> list[str]:
     problems: list[str] = []
-    for name, info in listing.changelogs:
-        try:
-            data = _get(storage, info.path)
-            summary = verify_file(data, info.path)
-            logs = {log.log_id: log for log in summary.header.logs}
-            if listing.store_id not in logs:
-                problems.append(f"changelog {info.path}: no log of store {listing.store_id}")
-                continue
-            meta = HeaderMeta.from_dict(logs[listing.store_id].metadata, info.path)
-            if (meta.version, meta.unique_id) != (name.version, name.unique_id):
-                problems.append(f"changelog {info.path}: header says version {meta.version} "
-                                f"id {meta.unique_id}")
-        except (ChangelogError, BackendError) as exc:
-            problems.append(f"changelog {info.path}: {exc}")
     sizes = {info.path: info.size for info in listing.data_files}
     checked: set[str] = set()
     for _, info in listing.manifests:

@@ -22,6 +22,7 @@ from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
 from pyspark_dstl.backend.lineage.commit_entry import CommitEntry, OperatorCommit
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
 from pyspark_dstl.backend.ops.cleanup import cleanup_checkpoint
+from pyspark_dstl.backend.spark import fencing
 from pyspark_dstl.backend.spark.conf import DstlConf
 from pyspark_dstl.backend.spark.errors import CommitValidationError, PartitionCountError
 from pyspark_dstl.backend.spark.executor import store_cache
@@ -48,10 +49,12 @@ class OperatorSpec:
 
 @dataclass(frozen=True)
 class Base:
-    """The committed state a batch builds on: the newest entry of an earlier batch."""
+    """The committed state a batch builds on: the newest entry of an earlier batch.
+    `rerun`: the batch itself is already committed (the engine runs it again)."""
 
     batch_id: int | None
     entry: CommitEntry | None
+    rerun: bool = False
 
     def infos(self, operator: str) -> dict[int, CheckpointInfo]:
         if self.entry is None or operator not in self.entry.operators:
@@ -140,14 +143,14 @@ class StatefulOperator:
                 f"checkpoint do not belong together")
         earlier = [b for b in batches if b < batch_id]
         if not earlier:
-            return Base(None, None)
+            return Base(None, None, rerun=batch_id in batches)
         previous = max(earlier)
         if previous != batch_id - 1:
             raise CommitValidationError(
                 f"the commit log under {self.checkpoint!r} ends at batch {previous}, but the "
                 f"engine runs batch {batch_id}: batches {previous + 1}..{batch_id - 1} were "
                 f"never committed here, their state changes would be lost")
-        return Base(previous, log.read(previous))
+        return Base(previous, log.read(previous), rerun=batch_id in batches)
 
     def num_partitions(self, base: Base, spark: Any) -> int:
         recorded = None
@@ -258,7 +261,8 @@ class StatefulOperator:
                    "processor": type(self.spec.processor).__name__,
                    "output_schema": self.spec.output_schema.json(),
                    **self._time_extra(result)})
-        path = self.commit_log().write(result.batch_id, entry)
+        path = self.commit_log().write(result.batch_id, entry, lease=fencing.hold(self),
+                                       rerun=result.base.rerun)
         self.publish_demand(result.batch_id, entry.extra)
         return path
 
@@ -303,12 +307,13 @@ class StatefulOperator:
             return 0
         self._batches_since_cleanup = 0
         report = cleanup_checkpoint(self._storage(), self.conf.backend.min_batches_to_retain,
-                                    dry_run=False)
+                                    dry_run=False, lease=fencing.hold(self))
         return len(report.files)
 
     def process_batch(self, df: Any, batch_id: int, sink: Any = None) -> BatchProgress:
         """Stage, sink, commit entry, cleanup: what foreachBatch calls for each batch."""
         started = time.monotonic()
+        fencing.hold(self).check(f"run batch {batch_id}")
         result = self.execute(df, batch_id)
         try:
             sink_started = time.monotonic()

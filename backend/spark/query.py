@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from pyspark_dstl.backend.spark import fencing
 from pyspark_dstl.backend.spark.conf import QUERY_PREFIX, DstlConf
 from pyspark_dstl.backend.spark.errors import StateVariableError
 from pyspark_dstl.backend.spark.initial_state import InitialState
@@ -150,7 +151,15 @@ class StatefulStream:
             writer = writer.trigger(**dict(trigger))
         if query_name:
             writer = writer.queryName(query_name)
-        return writer.start()
+        lease = fencing.start_query(self.operator)  # refused while another run holds the root
+        try:
+            with lease.use():
+                query = writer.start()
+                fencing.attach_query(self.operator, query)
+        except BaseException:
+            fencing.abandon_query(self.operator)
+            raise
+        return query
 
 
 def to_url(location: str) -> str:

@@ -22,7 +22,7 @@ from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo, Lineage
 from pyspark_dstl.backend.lineage.context import RootContext
 from pyspark_dstl.backend.lineage.naming import checkpoint_label, split_store_id
 from pyspark_dstl.backend.lineage.position import Position
-from pyspark_dstl.backend.lineage.rules import HeaderMeta, SnapshotRef
+from pyspark_dstl.backend.lineage.rules import EARLY, FinalMark, HeaderMeta, SnapshotRef
 from pyspark_dstl.backend.lineage.snapshots import SnapshotId, SnapshotTracker
 from pyspark_dstl.backend.local.release_marker import remove_marker, write_marker
 from pyspark_dstl.backend.store.txcache import TransactionCache
@@ -117,7 +117,9 @@ class StoreInstance:
         adopted = self.snapshots.finished(base, marker.version)
         if adopted is not None:
             base = base.on_snapshot(adopted)
-        self._set_header(marker, base.materialized, base.lineage)
+        # the last upload says it is the last: the final flush below joins the open change set
+        final = FinalMark(base.handle.to_sqn, self.writer.open_sqn + 1)
+        self._set_header(marker, base.materialized, base.lineage, final)
         try:
             persisting = self._flush(marker, cache, persist_from=base.handle.to_sqn)
             assert persisting is not None
@@ -156,12 +158,15 @@ class StoreInstance:
                               position.lineage, self.snapshots.in_flight)
 
     def _set_header(self, marker: VersionMarker, materialized: MaterializedHandle | None,
-                    lineage: Lineage) -> None:
+                    lineage: Lineage, final: FinalMark | None = None) -> None:
+        """Files uploaded from now on carry this header: EARLY until the commit's final flush,
+        whose files carry the FinalMark (only a completed commit is a checkpoint)."""
         snapshot = None if materialized is None else SnapshotRef(
             materialized.version, materialized.unique_id, materialized.sqn,
             materialized.manifest_path)
         header = HeaderMeta(self.store_id, marker.version, marker.unique_id,
-                            marker.base_unique_id, lineage, snapshot)
+                            marker.base_unique_id, lineage, snapshot,
+                            EARLY if final is None else final)
         self.writer.set_header(header.to_dict(),
                                label=checkpoint_label(marker.version, marker.unique_id))
 

@@ -7,6 +7,7 @@ store class plus one entry here.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 from urllib.parse import SplitResult, unquote, urlsplit
@@ -60,7 +61,7 @@ def open_storage(url: str, options: ChangelogOptions) -> ObjectStore:
 
 def _open_path(url: str, parts: SplitResult, storage: StorageOptions,
                needs: ConnectionNeeds) -> ObjectStore:
-    return LocalStore(url)
+    return LocalStore(_local_path(url, url))
 
 
 def _open_file(url: str, parts: SplitResult, storage: StorageOptions,
@@ -68,7 +69,17 @@ def _open_file(url: str, parts: SplitResult, storage: StorageOptions,
     if parts.netloc not in ("", "localhost"):
         raise UnsupportedStorageError(
             f"storage URL {url!r}: file URLs naming another host are not supported")
-    return LocalStore(unquote(parts.path))
+    return LocalStore(_local_path(url, unquote(parts.path)))
+
+
+def _local_path(url: str, path: str) -> str:
+    """`path` unless a part of it is '..' or empty inside it (the documented refusal: a root
+    must not depend on how the path is normalised)."""
+    parts = path.replace(os.sep, "/").rstrip("/").split("/")
+    inner = parts[1:] if parts and parts[0] == "" else parts
+    if ".." in parts or "" in inner:
+        raise UnsupportedStorageError(f"storage URL {url!r}: invalid path: a '..' or empty part")
+    return path
 
 
 def _open_memory(url: str, parts: SplitResult, storage: StorageOptions,

@@ -13,7 +13,7 @@ import errno
 import os
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -124,7 +124,7 @@ class LocalStore(ObjectStore):
 
     def _walk(self, start: Path, prefix: str) -> builtins.list[ObjectInfo]:
         found: list[ObjectInfo] = []
-        for dirpath, _dirs, files in os.walk(start):
+        for dirpath, files in _directories(start):
             rel_dir = os.path.relpath(dirpath, self.root).replace(os.sep, "/")
             for name in files:
                 if name.startswith(TEMP_PREFIX):
@@ -156,7 +156,7 @@ class LocalStore(ObjectStore):
                dry_run: bool) -> builtins.list[ObjectInfo]:
         cutoff = time.time() - grace
         found: list[ObjectInfo] = []
-        for dirpath, _dirs, files in os.walk(start):
+        for dirpath, files in _directories(start):
             rel_dir = os.path.relpath(dirpath, self.root).replace(os.sep, "/")
             for name in files:
                 key = name if rel_dir == "." else f"{rel_dir}/{name}"
@@ -191,6 +191,26 @@ class LocalStore(ObjectStore):
                     raise _classify(exc, path, self.url_of(path)) from exc
 
         await asyncio.to_thread(unlink_all)
+
+
+def _directories(start: Path) -> Iterator[tuple[str, builtins.list[str]]]:
+    """(directory, file names) under `start`, following symbolic links to directories as
+    reads do (a key names what a read of it opens); a directory reached twice (a link loop,
+    or two links to one directory) would give one file two keys, so it is refused."""
+    seen: dict[tuple[int, int], str] = {}
+    for dirpath, dirs, files in os.walk(start, followlinks=True):
+        try:
+            stat = os.stat(dirpath)
+        except FileNotFoundError:
+            continue  # removed while listing
+        identity = (stat.st_dev, stat.st_ino)
+        if identity in seen:
+            dirs.clear()
+            raise PermanentStorageError(
+                f"directory {dirpath!r} is the directory {seen[identity]!r} reached again "
+                f"through a symbolic link: one file would have two names", dirpath)
+        seen[identity] = dirpath
+        yield dirpath, files
 
 
 def _fsync_dir(directory: Path) -> None:

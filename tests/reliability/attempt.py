@@ -4,9 +4,11 @@
 
 It loads its partition's store at the newest commit log entry (what the driver would hand the
 task), writes the model's changes of `--batch` plus the key ("aux", b"attempt") = its name, so
-state merged from two attempts would show, and prints {"event": "loaded"}. Then it obeys
-stdin: "commit" (or "commit-snapshot", which also snapshots) commits and prints the
-CheckpointInfo; "exit" closes everything. Errors are printed as {"event": "error"} events.
+state merged from two attempts would show, and prints {"event": "loaded"} with its unique id.
+Then it obeys stdin: "commit" (or "commit-snapshot", which also snapshots) commits and prints
+the CheckpointInfo; "write N" puts N more keys of 100 bytes (with `--early`, a write cache of
+10 keys and a pre-emptive threshold of 2 kB make them upload before any commit); "abort"
+aborts the transaction; "exit" closes everything. Errors are printed as {"event": "error"}.
 """
 
 from __future__ import annotations
@@ -50,10 +52,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--partition", type=int, default=0)
     parser.add_argument("--local-dir", required=True)
     parser.add_argument("--lock-timeout", type=float, default=30.0)
+    parser.add_argument("--early", action="store_true",
+                        help="upload large transactions before their commit")
     args = parser.parse_args(argv)
     spec = WorkloadSpec(seed=args.seed, partitions=1)
+    changelog = ChangelogOptions(persist_delay=0.0,
+                                 preemptive_persist_threshold=2000 if args.early else 5 << 20)
     options = BackendOptions(local_dir=args.local_dir, lock_timeout=args.lock_timeout,
-                             changelog=ChangelogOptions(persist_delay=0.0))
+                             changelog=changelog,
+                             tx_cache_max_entries=10 if args.early else 100_000)
     backend = StateBackend(options)
     try:
         store = load(backend, args.url, spec, args.partition)
@@ -63,12 +70,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             else:
                 store.put(key, value, cf)
         store.put(ATTEMPT_KEY[1], args.name.encode(), ATTEMPT_KEY[0])
-        say({"event": "loaded", "version": store.version})
+        say({"event": "loaded", "version": store.version, "unique_id": store.unique_id})
+        written = 0
         for line in sys.stdin:
-            command = line.strip()
+            command, _, argument = line.strip().partition(" ")
             if command in ("commit", "commit-snapshot"):
                 info = store.commit(materialize=command == "commit-snapshot")
                 say({"event": "committed", "info": info.to_dict()})
+            elif command == "write":
+                for _ in range(int(argument)):
+                    store.put(b"extra%06d" % written, b"v" * 100, ATTEMPT_KEY[0])
+                    written += 1
+                say({"event": "written", "keys": written})
+            elif command == "abort":
+                store.abort()
+                say({"event": "aborted"})
             elif command == "exit":
                 break
     except LIBRARY_ERRORS as exc:

@@ -18,8 +18,8 @@ Event = dict[str, Any]
 
 
 class ChildRun:
-    """One run of ``python -m <module>`` (the workload by default); stderr goes to a file,
-    commands go to its stdin."""
+    """One run of ``python -m <module>`` (the workload by default); stderr goes to a file, its
+    events also to the same name with the suffix .events, commands go to its stdin."""
 
     def __init__(self, args: Sequence[str], stderr_path: Path,
                  env: Mapping[str, str] | None = None,
@@ -44,14 +44,17 @@ class ChildRun:
 
     def _read(self) -> None:
         assert self.process.stdout is not None
-        for line in self.process.stdout:
-            try:
-                event = json.loads(line)
-            except ValueError:
-                event = {"event": "garbage", "line": line[:200]}
-            with self._changed:
-                self.events.append(event)
-                self._changed.notify_all()
+        with open(self.stderr_path.with_suffix(".events"), "w") as kept:  # for post-mortems
+            for line in self.process.stdout:
+                kept.write(line)
+                kept.flush()
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    event = {"event": "garbage", "line": line[:200]}
+                with self._changed:
+                    self.events.append(event)
+                    self._changed.notify_all()
         with self._changed:
             self._eof = True
             self._changed.notify_all()
@@ -98,6 +101,17 @@ class ChildRun:
             return False
         os.kill(self.process.pid, signal.SIGKILL)
         return True
+
+    def pause(self) -> bool:
+        """SIGSTOP the child (a zombie in the making); False when it had already exited."""
+        if not self.alive:
+            return False
+        os.kill(self.process.pid, signal.SIGSTOP)
+        return True
+
+    def resume(self) -> None:
+        if self.alive:
+            os.kill(self.process.pid, signal.SIGCONT)
 
     def wait(self, timeout: float) -> int:
         """The exit status (negative: killed by that signal); kills the child after timeout."""

@@ -1,12 +1,15 @@
 """Crash-anywhere cycles: start the workload, SIGKILL it, start it again, check what it recovers.
 
-Three ways to die:
+Three ways to die, and two ways to be a second writer:
 - random: at a random moment, during recovery or after a random number of committed batches;
 - kill point: the library's own `backend.faults.kill_point` (DSTL_KILL_POINT=name:n) fires;
 - on the wire (S3 only): the fault proxy holds a PUT or DELETE of a chosen kind, either before
   forwarding it (not applied) or after moto applied it (the answer never arrives), and the
   child is killed while it waits. These are the moments inside uploads and manifest writes
-  that library code outside `backend` cannot mark without importing it.
+  that library code outside `backend` cannot mark without importing it;
+- a second writer: another run starts on the root while one holds it, and is refused;
+- a zombie: the running child is paused (SIGSTOP) until another run took the root over, then
+  resumed; it must stop at its next commit or cleanup without writing anything.
 
 After every death the next run's recovery compares every partition with the model at the last
 committed batch (the child does that and exits 3 on a difference) and the harness checks that
@@ -23,11 +26,14 @@ from pathlib import Path
 from typing import Any
 
 from pyspark_dstl.backend.faults import POINTS
+from pyspark_dstl.changelog.config import ChangelogOptions
+from pyspark_dstl.changelog.errors import ObjectNotFoundError
 from tests.reliability.child import ChildRun, Event
-from tests.reliability.workload import EXIT_MISMATCH
+from tests.reliability.workload import EXIT_FENCED, EXIT_MISMATCH, EXIT_REFUSED
 from tests.support import FaultRule, S3Env
 
 CHILD_TIMEOUT = 120.0  # generous: a stuck child is a failure, not a slow one
+LEASE = "3s"  # the children's lease: renewed every second, a zombie taken over after ~3 s
 WIRE_TARGETS = (  # (name, method, substring of the request target)
     ("changelog_put", "PUT", ".changelog"),
     ("sst_put", "PUT", "/sst/"),
@@ -57,6 +63,8 @@ class CrashStats:
     loads_by_info: int = 0
     batches_committed: int = 0
     highest_committed: int = -1
+    second_writers_refused: int = 0
+    zombies_fenced: int = 0
 
     @property
     def kills(self) -> int:
@@ -71,7 +79,9 @@ class CrashStats:
                 "recoveries_verified": self.recoveries_verified,
                 "loads_by_id": self.loads_by_id, "loads_by_info": self.loads_by_info,
                 "batches_committed": self.batches_committed,
-                "highest_committed": self.highest_committed, "runs": self.runs}
+                "highest_committed": self.highest_committed, "runs": self.runs,
+                "second_writers_refused": self.second_writers_refused,
+                "zombies_fenced": self.zombies_fenced}
 
 
 def workload_conf(local_dir: Path, s3: S3Env | None = None) -> dict[str, str]:
@@ -82,6 +92,7 @@ def workload_conf(local_dir: Path, s3: S3Env | None = None) -> dict[str, str]:
         "spark.dstl.materialization.interval": "off",
         "spark.dstl.materialization.everyNCommits": "3",
         "spark.dstl.changelog.persistDelay": "0ms",
+        "spark.dstl.fencing.leaseDuration": LEASE,
     }
     if s3 is not None:
         options = s3.options.storage
@@ -111,8 +122,8 @@ class CrashHarness:
     # --- one run ---------------------------------------------------------------------------------
 
     def start(self, *, last_batch: int = 10**9, verify_only: bool = False,
-              env: dict[str, str] | None = None) -> ChildRun:
-        host = self.rng.choice(self._hosts)  # same host as before, or another one
+              env: dict[str, str] | None = None, host: Path | None = None) -> ChildRun:
+        host = host or self.rng.choice(self._hosts)  # same host as before, or another one
         args = [self.url, "--seed", str(self.seed), "--partitions", str(self.partitions),
                 "--last-batch", str(last_batch), "--run-seed", str(self.rng.getrandbits(32))]
         if verify_only:
@@ -223,6 +234,91 @@ class CrashHarness:
             self.stats.random_kills += 1
             self.stats.wire_not_reached += 1
 
+    def second_writer(self) -> None:
+        """A run holds the root; another one started meanwhile is refused naming it, and
+        the first goes on committing."""
+        first_host, second_host = self.rng.sample(self._hosts, 2)
+        first = self.start(host=first_host)
+        holding = first.wait_for(_event("holding"), CHILD_TIMEOUT)
+        first.wait_for(_committed_n(1), CHILD_TIMEOUT)
+        second = self.start(host=second_host)
+        code = second.wait(CHILD_TIMEOUT)
+        refused = second.first("refused")
+        if code != EXIT_REFUSED or refused is None or holding is None \
+                or holding["run_id"] not in refused["error"] or self.url not in refused["error"]:
+            first.kill()
+            first.wait(CHILD_TIMEOUT)
+            raise CrashFailure(f"run {self.stats.runs}: a second writer was not refused "
+                               f"naming the root and run {holding}: exit {code}, "
+                               f"{refused}\n{second.stderr_tail()}")
+        if second.committed() or second.first("recovered") is not None:
+            raise CrashFailure(f"run {self.stats.runs}: the refused run went on: "
+                               f"{second.events[-3:]}")
+        before = len(first.committed())
+        if first.wait_for(_committed_n(before + 1), CHILD_TIMEOUT) is None and first.alive:
+            raise CrashFailure("the holder stopped committing after the refusal")
+        self.stats.second_writers_refused += 1
+        self.finish(first, killed=first.kill())
+
+    def zombie(self) -> None:
+        """The running child is paused; another run takes the root over after its lease;
+        the paused one, resumed, stops at its next commit or cleanup (exit 6) and nothing it
+        writes afterwards joins the commit log."""
+        zombie_host, heir_host = self.rng.sample(self._hosts, 2)
+        zombie = self.start(host=zombie_host)
+        holding = zombie.wait_for(_event("holding"), CHILD_TIMEOUT)
+        zombie.wait_for(_committed_n(self.rng.randint(1, 2)), CHILD_TIMEOUT)
+        time.sleep(self.rng.uniform(0.0, 0.1))
+        if not zombie.pause():
+            self.finish(zombie, killed=False)
+            return
+        heir = self.start(host=heir_host)
+        try:
+            took = heir.wait_for(_event("holding"), CHILD_TIMEOUT)
+            heir.wait_for(_committed_n(1), CHILD_TIMEOUT)
+            entries_at_takeover = self._commit_entries()
+        finally:
+            zombie.resume()
+        code = zombie.wait(CHILD_TIMEOUT)
+        if code != EXIT_FENCED or zombie.first("fenced") is None or took is None:
+            heir.kill()
+            heir.wait(CHILD_TIMEOUT)
+            raise CrashFailure(f"run {self.stats.runs}: the resumed zombie was not fenced: "
+                               f"exit {code}, events {zombie.events[-3:]}"
+                               f"\n{zombie.stderr_tail()}")
+        self._record_committed(zombie)
+        assert holding is not None
+        late = [path for path, writer in self._commit_entries().items()
+                if writer == holding["epoch"] and path not in entries_at_takeover]
+        if late:
+            raise CrashFailure(f"the zombie (epoch {holding['epoch']}) added {late} after "
+                               f"epoch {took['epoch']} took the root over")
+        self.stats.zombies_fenced += 1
+        self.finish(heir, killed=heir.kill())
+
+    def _record_committed(self, run: ChildRun) -> None:
+        committed = run.committed()
+        self.stats.batches_committed += len(committed)
+        if committed:
+            self.stats.highest_committed = max(self.stats.highest_committed, max(committed))
+
+    def _commit_entries(self) -> dict[str, int | None]:
+        """Every commit log entry's path -> epoch of its writer (fences left out)."""
+        from pyspark_dstl.backend.lineage.commit_entry import CommitEntry, decode_record
+        from pyspark_dstl.changelog.storage_service import ChangelogStorage
+
+        options = self.s3.options if self.s3 is not None else ChangelogOptions()
+        with ChangelogStorage(self.url, options) as storage:
+            found: dict[str, int | None] = {}
+            for info in storage.list("commits/"):
+                try:
+                    record = decode_record(storage.get(info.path), info.path)
+                except ObjectNotFoundError:
+                    continue  # the running heir's cleanup took it meanwhile
+                if isinstance(record, CommitEntry):
+                    found[info.path] = record.writer[0] if record.writer else None
+            return found
+
     def verify_final(self) -> None:
         run = self.start(verify_only=True)
         self.finish(run, killed=False)
@@ -252,6 +348,10 @@ class CrashHarness:
             if time.monotonic() > deadline:
                 raise CrashFailure(f"the held PUT of {relative!r} never reached the server")
             time.sleep(0.01)
+
+
+def _event(name: str) -> Any:
+    return lambda event: event.get("event") == name
 
 
 def _committed_n(count: int) -> Any:

@@ -18,7 +18,7 @@ from typing import Any
 
 from pyspark_dstl.backend.errors import BackendError, ProviderError, StoreIdError
 from pyspark_dstl.backend.options import CONF_KEYS as BACKEND_KEYS
-from pyspark_dstl.backend.options import BackendOptions
+from pyspark_dstl.backend.options import FENCING_KEYS, BackendOptions
 from pyspark_dstl.backend.spark.codec import encode_value
 from pyspark_dstl.backend.spark.errors import StateEncodingError
 from pyspark_dstl.backend.store.state_backend import StateBackend
@@ -31,7 +31,8 @@ from pyspark_dstl.materializer.options import CONF_KEYS as MATERIALIZATION_KEYS
 
 ALL_KEYS = ([f"spark.dstl.{key}" for key in BACKEND_KEYS.values()]
             + [f"spark.dstl.changelog.{key}" for key in CHANGELOG_KEYS.values()]
-            + [f"spark.dstl.materialization.{key}" for key in MATERIALIZATION_KEYS.values()])
+            + [f"spark.dstl.materialization.{key}" for key in MATERIALIZATION_KEYS.values()]
+            + [f"spark.dstl.fencing.{key}" for key in FENCING_KEYS.values()])
 FREE_TEXT = {  # any non-blank text is a valid directory, region or credential
     "spark.dstl.stateStore.localDir", "spark.dstl.changelog.read.cacheDir",
     "spark.dstl.changelog.s3.region", "spark.dstl.changelog.s3.accessKeyId",
@@ -43,8 +44,9 @@ GARBAGE = ["", "   ", "banana", "-1", "0", "-5ms", "10 parsecs", "1e400", "maybe
 BAD_ENDPOINTS = ["not a url", "ftp://127.0.0.1:9000", "127.0.0.1:9000"]
 BAD_PROVIDERS = ["no_such_module.Provider", "pyspark_dstl.backend.store.api.StateStore",
                  "pyspark_dstl.backend.store.api.StateStoreProvider", "builtins.dict"]
-ESCAPING_OPERATORS = ["a/b", "..", "../x", "a\\b", "", "x\x00y", "a..b"]
-BAD_PARTITIONS: list[Any] = [-1, True, "1", 1.0]
+ESCAPING_OPERATORS = ["a/b", "..", "../x", "a\\b", "", "x\x00y", "a..b",
+                      "x" * 300, "é" * 100]  # the last two: longer than a file name can be
+BAD_PARTITIONS: list[Any] = [-1, True, "1", 1.0, 2**32, 2**70]  # beyond: not a key group
 ESCAPING_UNIQUE_IDS = ["../../etc", "a/b", "", "x" * 65, "ab cd", "..", "a\\b"]
 ESCAPING_KEYS = ["../outside", "/absolute", "a//b", "a/./b", "a/../../b", "a\\b", "x\x00"]
 UNENCODABLE: list[Any] = [object(), {1, 2}, 2**70, datetime.datetime(2024, 1, 1), 1 + 2j]

@@ -4,7 +4,10 @@
 
 Half of the kills go to a file:// root, half to an S3 root (moto server behind the fault
 proxy on 127.0.0.1). Kinds of death rotate: random moments, every library kill point, and on
-S3 also requests held at the proxy before or after the server applied them. Every restart
+S3 also requests held at the proxy before or after the server applied them. Every tenth round
+is a second writer started while a run holds the root (it must be refused), every tenth a
+zombie (a run paused until another took the root over, then resumed: it must stop without
+writing); these come on top of the kills. Every restart
 recovers and compares with the model; every 50 kills and at the end `verify` reads every file
 of both roots. The first failure stops the soak and leaves its directory for inspection.
 """
@@ -27,6 +30,7 @@ from tests.reliability.crash import CrashHarness
 from tests.support import FaultProxy, MotoServer, S3Env, make_s3_env
 
 VERIFY_EVERY = 50
+WRITERS_EVERY = 10
 
 
 def verify_root(url: str, s3: S3Env | None = None) -> list[str]:
@@ -53,7 +57,14 @@ def leaked_temp_files(root: Path) -> int:
 
 
 def one_kill(harness: CrashHarness, number: int) -> None:
-    """Rotate the kinds of death; S3 roots also die with requests held at the proxy."""
+    """Rotate the kinds of death; S3 roots also die with requests held at the proxy; every
+    tenth round a second writer, every tenth a zombie."""
+    if number % WRITERS_EVERY == WRITERS_EVERY - 1:
+        harness.second_writer()
+        return
+    if number % WRITERS_EVERY == WRITERS_EVERY // 2 - 1:
+        harness.zombie()
+        return
     kinds: list[Callable[[], None]] = [harness.random_kill, harness.point_kill]
     if harness.s3 is not None:
         kinds.append(harness.wire_kill)
@@ -110,12 +121,15 @@ def run(kills: int, seed: int, workdir: Path, storages: Sequence[str]) -> dict[s
 
 
 def format_table(results: dict[str, Any]) -> str:
-    rows = ["storage  kills  random  kill-points  on-the-wire  recoveries  batches  verify",
-            "-------  -----  ------  -----------  -----------  ----------  -------  ------"]
+    rows = ["storage  kills  random  kill-points  on-the-wire  recoveries  batches  "
+            "refused  fenced  verify",
+            "-------  -----  ------  -----------  -----------  ----------  -------  "
+            "-------  ------  ------"]
     for storage, r in results.items():
         rows.append(f"{storage:<7}  {r['kills']:>5}  {r['random_kills']:>6}  "
                     f"{sum(r['point_kills'].values()):>11}  {sum(r['wire_kills'].values()):>11}  "
                     f"{r['recoveries_verified']:>10}  {r['batches_committed']:>7}  "
+                    f"{r['second_writers_refused']:>7}  {r['zombies_fenced']:>6}  "
                     f"{r['verify_runs']:>3} ok")
     return "\n".join(rows)
 

@@ -82,6 +82,18 @@ def test_operator_names_and_partitions_that_could_escape_are_refused_before_any_
     assert files_under(tmp_path) == []
 
 
+def test_an_overlong_operator_name_and_a_partition_past_the_key_groups_fail_at_provider_creation(
+        tmp_path: Path, backend: StateBackend) -> None:
+    url = (tmp_path / "ckpt").as_uri()
+    with pytest.raises(StoreIdError, match=r"operator name .xxxx.* is 300 bytes long in UTF-8; "
+                                           r"at most 128"):
+        backend.provider(url, "x" * 300, 0)
+    with pytest.raises(StoreIdError, match=r"partition must be an integer in 0\.\.4294967295, "
+                                           r"got 1180591620717411303424"):
+        backend.provider(url, "op", 2**70)
+    assert files_under(tmp_path) == []
+
+
 def test_unique_ids_that_could_escape_are_refused_and_nothing_is_written(
         tmp_path: Path, backend: StateBackend) -> None:
     url = (tmp_path / "ckpt").as_uri()

@@ -66,11 +66,11 @@ class Cluster:
 
     def commit_batch(self, batch: int, name: str, info: CheckpointInfo) -> None:
         entry = CommitEntry(batch, {SPEC.operator: OperatorCommit(1, {0: info})})
-        with_storage = self.workload("driver")
+        driver = self.workload("driver")
         try:
-            with_storage.backend.commit_log(self.url).write(batch, entry)
+            driver.backend.commit_log(self.url).write(batch, entry, lease=driver.take())
         finally:
-            with_storage.close()
+            driver.close()
         self.winners[batch] = name
 
     def files(self) -> dict[str, bytes]:

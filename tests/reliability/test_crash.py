@@ -6,6 +6,8 @@ kinds of death and docs/reliability.md for the soak's figures.
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import random
 import time
@@ -13,11 +15,15 @@ from pathlib import Path
 
 import pytest
 
+from pyspark_dstl.backend.errors import UncommittedAttemptError
 from pyspark_dstl.backend.faults import POINTS
 from pyspark_dstl.backend.lineage.naming import snapshot_path
-from pyspark_dstl.backend.ops.cleanup import default_incomplete_grace
+from pyspark_dstl.backend.ops.cleanup import cleanup_checkpoint, default_incomplete_grace
+from pyspark_dstl.backend.ops.cli import main as backend_cli
 from pyspark_dstl.backend.options import BackendOptions
+from pyspark_dstl.backend.store.state_backend import StateBackend
 from pyspark_dstl.materializer.options import MaterializerOptions
+from tests.reliability.child import ChildRun
 from tests.reliability.crash import WIRE_TARGETS, CrashHarness, workload_conf
 from tests.reliability.model import WorkloadSpec
 from tests.reliability.soak import leaked_temp_files, verify_root
@@ -126,3 +132,71 @@ def test_a_store_taken_over_while_an_older_snapshot_uploads_commits_with_all_cha
         assert state_of(env.provider(env.backend()).get_store(5, info5)) == model
     finally:
         env.close()
+
+
+def attempt_with_early_uploads(tmp_path: Path, url: str, end: str) -> tuple[int, str]:
+    """A task attempt of batch 3 that uploads three times before its commit, then aborts
+    ("abort") or dies ("kill"); (version, unique id) of the attempt."""
+    run = ChildRun([url, "--name", "E", "--batch", "3", "--seed", "15", "--early",
+                    "--local-dir", str(tmp_path / "host-e")], tmp_path / "early.stderr",
+                   module="tests.reliability.attempt")
+    try:
+        loaded = run.wait_for(lambda e: e.get("event") in ("loaded", "error"), 60)
+        assert loaded is not None and loaded["event"] == "loaded", run.stderr_tail()
+        version, unique_id = loaded["version"] + 1, loaded["unique_id"]
+        prefix = (Path(url.removeprefix("file://")) / "state" / "rel" / "0")
+        for upload in range(1, 4):
+            run.send("write 20")
+            deadline = time.monotonic() + 60
+            while len(list(prefix.glob(f"{version}_{unique_id}*.changelog"))) < upload:
+                assert time.monotonic() < deadline, run.stderr_tail()
+                time.sleep(0.02)
+        if end == "kill":
+            run.kill()
+        else:
+            run.send("abort")
+            assert run.wait_for(lambda e: e.get("event") == "aborted", 60) is not None
+            run.send("exit")
+    finally:
+        run.wait(60)
+    return version, unique_id
+
+
+@pytest.mark.parametrize("end", ["abort", "kill"])
+def test_an_attempt_that_ends_after_early_uploads_is_never_a_checkpoint(
+        tmp_path: Path, end: str) -> None:
+    url = (tmp_path / "ckpt").as_uri()
+    spec = WorkloadSpec(seed=15, partitions=1)
+    options = BackendOptions.from_conf(workload_conf(tmp_path / "host-w"))
+    workload = Workload(spec, url, options, retain=5)
+    try:
+        workload.recover()
+        workload.run(2)
+    finally:
+        workload.close()
+    version, unique_id = attempt_with_early_uploads(tmp_path, url, end)
+    reader = StateBackend(options.with_changes(local_dir=str(tmp_path / "host-r")))
+    with reader, pytest.raises(UncommittedAttemptError, match=f"attempt {version}_{unique_id} "
+                                                              f"never completed its commit"):
+        reader.provider(url, spec.operator, 0).get_store(version, unique_id)
+    out = io.StringIO()
+    assert backend_cli(["inspect", url, "--json"], out=out) == 0
+    versions = json.loads(out.getvalue())["stores"]["rel/0"]["versions"]
+    assert versions[str(version)]["uncommitted"] == [unique_id]
+    out = io.StringIO()
+    assert backend_cli(["verify", url], out=out) == 0
+    assert f"rel/0: {version}_{unique_id}: its newest file" in out.getvalue()
+    workload = Workload(spec, url, options.with_changes(local_dir=str(tmp_path / "host-w")),
+                        retain=5)
+    try:
+        workload.recover()
+        workload.run(4)  # the lineage passes the attempt's version
+        storage = workload.backend.context(url).storage
+        report = cleanup_checkpoint(storage, 5, dry_run=False, incomplete_grace=0.0,
+                                    lease=workload.take())
+        assert [store.uncommitted for store in report.stores] == [[f"{version}_{unique_id}"]]
+        assert not list((tmp_path / "ckpt").rglob(f"{version}_{unique_id}*"))
+        assert workload.recover() == 4  # checked against the model
+    finally:
+        workload.close()
+    assert verify_root(url) == []

@@ -8,8 +8,13 @@ the model recomputed from the seed. Then it commits further batches: every parti
 commits, then one commit log entry names them all; snapshots run in the background, some
 commits force one, and every few batches a cleanup deletes what retention no longer needs.
 
+It writes as one run holding the root (lineage/fencing.py): the child takes it before its
+recovery, and is refused (exit 5) while another live run holds it; a run that another one took
+over stops at its next commit or cleanup (exit 6) without writing.
+
 Events go to stdout as JSON lines. Exit status: 0 done, 3 a recovered state differed from the
-model, 4 gave up after too many failed batches (a loud failure), anything else is a crash.
+model, 4 gave up after too many failed batches (a loud failure), 5 refused at start, 6 fenced;
+anything else is a crash.
 """
 
 from __future__ import annotations
@@ -22,9 +27,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pyspark_dstl.backend.errors import BackendError
+from pyspark_dstl.backend.errors import BackendError, CheckpointHeldError, FencedError
 from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
 from pyspark_dstl.backend.lineage.commit_log import CommitEntry, OperatorCommit
+from pyspark_dstl.backend.lineage.fencing import CheckpointLease, acquire
 from pyspark_dstl.backend.ops.cleanup import cleanup_checkpoint
 from pyspark_dstl.backend.options import BackendOptions
 from pyspark_dstl.backend.store.api import StateStore
@@ -42,6 +48,8 @@ from tests.reliability.model import (
 
 EXIT_MISMATCH = 3
 EXIT_GAVE_UP = 4
+EXIT_REFUSED = 5
+EXIT_FENCED = 6
 Emit = Callable[[dict[str, Any]], None]
 LIBRARY_ERRORS = (BackendError, ChangelogError, MaterializerError)
 
@@ -78,6 +86,18 @@ class Workload:
         self.failures = 0
         self._infos: dict[int, CheckpointInfo] = {}
         self._open: dict[int, StateStore] = {}
+        self._lease: CheckpointLease | None = None
+
+    # --- the root ------------------------------------------------------------------------------
+
+    def take(self) -> CheckpointLease:
+        """Hold the root as this run (refused while another run holds it)."""
+        if self._lease is None:
+            storage = self.backend.context(self.url).storage
+            self._lease = acquire(storage, self.backend.options.fencing)
+            self.emit({"event": "holding", "run_id": self._lease.run_id,
+                       "epoch": self._lease.epoch})
+        return self._lease
 
     # --- recovery ------------------------------------------------------------------------------
 
@@ -134,13 +154,13 @@ class Workload:
             infos[partition] = store.commit(materialize=force)
         entry = CommitEntry(batch_id, {self.spec.operator: OperatorCommit(
             self.spec.partitions, infos)})
-        self.backend.commit_log(self.url).write(batch_id, entry)
+        self.backend.commit_log(self.url).write(batch_id, entry, lease=self.take())
         self.last_batch, self._infos = batch_id, infos
         self.emit({"event": "committed", "batch": batch_id, "forced_snapshot": force})
 
     def cleanup(self) -> None:
         storage = self.backend.context(self.url).storage
-        report = cleanup_checkpoint(storage, self.retain, dry_run=False)
+        report = cleanup_checkpoint(storage, self.retain, dry_run=False, lease=self.take())
         self.emit({"event": "cleanup", "batch": self.last_batch, "deleted": len(report.files),
                    "problems": report.problems})
 
@@ -152,6 +172,8 @@ class Workload:
                 if self.cleanup_every and (self.last_batch + 1) % self.cleanup_every == 0:
                     self.cleanup()
                 self.failures = 0
+            except FencedError:
+                raise  # another run holds the root now: stop, write nothing more
             except LIBRARY_ERRORS as exc:
                 self._failed(exc)
 
@@ -183,6 +205,8 @@ class Workload:
         for store in self._open.values():
             store.abort()
         self._open.clear()
+        if self._lease is not None:
+            self._lease.release("the workload ended")
         self.backend.close()
 
 
@@ -231,9 +255,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                         rng=random.Random(args.run_seed), cleanup_every=args.cleanup_every,
                         retain=args.retain, force_snapshot_every=args.force_snapshot_every)
     try:
+        if not args.verify_only:
+            workload.take()
         workload.recover()
         if not args.verify_only:
             workload.run(args.last_batch)
+    except CheckpointHeldError as exc:
+        print_event({"event": "refused", "error": str(exc)[:500]})
+        return EXIT_REFUSED
+    except FencedError as exc:
+        print_event({"event": "fenced", "batch": workload.last_batch + 1,
+                     "error": str(exc)[:500]})
+        return EXIT_FENCED
     except StateMismatchError:
         return EXIT_MISMATCH
     except GaveUpError as exc:

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from pyspark_dstl.backend.lineage.commit_log import CommitEntry, CommitLog, OperatorCommit
-from pyspark_dstl.backend.options import BackendOptions
+from pyspark_dstl.backend.lineage.fencing import CheckpointLease, acquire
+from pyspark_dstl.backend.options import BackendOptions, FencingOptions
 from pyspark_dstl.backend.store.api import StateStore, StateStoreProvider
 from pyspark_dstl.backend.store.state_backend import StateBackend
 from pyspark_dstl.changelog.config import ChangelogOptions
@@ -48,6 +49,7 @@ class BackendEnv:
     extra: dict[str, Any] = field(default_factory=dict)
     _backends: list[StateBackend] = field(default_factory=list)
     _storage: ChangelogStorage | None = None
+    _lease: CheckpointLease | None = None
 
     def options(self, **changes: Any) -> BackendOptions:
         base = BackendOptions(provider_class=self.provider_class, local_dir=self.local_dir,
@@ -73,8 +75,11 @@ class BackendEnv:
             self._storage = ChangelogStorage(self.url, self.changelog)
         return self._storage
 
-    def paths(self, prefix: str = "") -> list[str]:
-        return sorted(info.path for info in self.storage.list(prefix))
+    def paths(self, prefix: str = "", epochs: bool = False) -> list[str]:
+        """The root's files under `prefix`; the epoch files of the runs that held it (see
+        lineage/fencing.py) only with `epochs`."""
+        return sorted(info.path for info in self.storage.list(prefix)
+                      if epochs or not info.path.startswith("epochs/"))
 
     def delete(self, path: str) -> None:
         self.storage.delete_many([path])
@@ -89,10 +94,19 @@ class BackendEnv:
             os.chmod(target, 0o644)
             target.write_bytes(data)
 
+    def lease(self) -> CheckpointLease:
+        """The lease of "the driver" of this root (taken on first use, like a run would)."""
+        if self._lease is None or self._lease.state != "held":
+            self._lease = acquire(self.storage, FencingOptions())
+        return self._lease
+
     def commit_log(self) -> CommitLog:
-        return CommitLog(self.storage)
+        """The commit log as the driver writes it (through its lease)."""
+        return CommitLog(self.storage, lease=self.lease())
 
     def close(self) -> None:
+        if self._lease is not None:
+            self._lease.release()
         for backend in self._backends:
             backend.close()
         if self._storage is not None:

@@ -1,0 +1,29 @@
+"""Is there a checkpoint at all? The tools refuse to call a missing or empty root clean."""
+
+from __future__ import annotations
+
+from pyspark_dstl.backend.errors import BackendError
+from pyspark_dstl.backend.lineage.commit_log import COMMITS_PREFIX
+from pyspark_dstl.backend.lineage.epochs import EPOCHS_PREFIX
+from pyspark_dstl.backend.lineage.naming import STATE_PREFIX
+from pyspark_dstl.changelog.storage.local import LocalStore
+from pyspark_dstl.changelog.storage_service import ChangelogStorage
+
+
+class NoCheckpointError(BackendError):
+    """The root does not exist or holds no checkpoint file; names the root."""
+
+
+def require_checkpoint(storage: ChangelogStorage) -> None:
+    """NoCheckpointError unless the root holds a commit log entry, a store file or an epoch
+    file (the cheap listings first: commits/, then epochs/, then state/)."""
+    store = storage.store
+    if isinstance(store, LocalStore) and not store.root.is_dir():
+        raise NoCheckpointError(f"checkpoint {storage.url}: {str(store.root)!r} does not exist "
+                                f"or is not a directory")
+    for prefix in (COMMITS_PREFIX, EPOCHS_PREFIX, STATE_PREFIX):
+        if storage.list(prefix + "/"):
+            return
+    raise NoCheckpointError(f"checkpoint {storage.url} holds no checkpoint: nothing under "
+                            f"{COMMITS_PREFIX}/, {STATE_PREFIX}/ or {EPOCHS_PREFIX}/ (is the "
+                            f"URL right?)")

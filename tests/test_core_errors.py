@@ -1,0 +1,26 @@
+"""`excerpt`: what an error may quote of untrusted content is short, whatever the content."""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+
+from pyspark_dstl.core.errors import EXCERPT_CHARS, excerpt
+
+
+def test_an_unpacker_error_carrying_everything_it_read_is_cut_short() -> None:
+    with pytest.raises(msgpack.ExtraData) as caught:
+        msgpack.unpackb(bytes(10**6))
+    text = excerpt(caught.value)
+    assert text.startswith("ExtraData: 0, b'\\x00") and len(text) < EXCERPT_CHARS + 40
+
+
+@pytest.mark.parametrize("value", [b"x" * 10**6, "y" * 10**6, list(range(10**6)),
+                                   [b"z" * 10**6] * 3, {"k": "v" * 10**6}])
+def test_large_values_are_quoted_in_a_few_hundred_characters(value: object) -> None:
+    assert len(excerpt(value)) < EXCERPT_CHARS + 40
+
+
+def test_small_values_are_quoted_as_repr_does() -> None:
+    assert excerpt("agg/0") == "'agg/0'"
+    assert excerpt(ValueError("bad thing")) == "ValueError: bad thing"
