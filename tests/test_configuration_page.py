@@ -49,7 +49,7 @@ def test_a_nested_section_sits_where_its_own_class_says() -> None:
     """A nested class's default prefix is the one its parent reads it under, so the key its
     errors name is the key a user wrote."""
     pairs = list(nested_sections(BackendOptions))
-    assert len(pairs) == 3
+    assert len(pairs) == 4  # changelog, its s3 storage, materialization, fencing
     assert [(prefix, nested.SECTION.prefix) for prefix, nested in pairs
             if prefix != nested.SECTION.prefix] == []
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyspark_dstl.backend.options import BackendOptions
+from pyspark_dstl.backend.options import BackendOptions, FencingOptions
 from pyspark_dstl.backend.spark.conf import QueryOptions
 from pyspark_dstl.changelog.config import ChangelogOptions
 from pyspark_dstl.changelog.storage.options import StorageOptions
@@ -70,6 +70,9 @@ GROUPS = (
           "protocols) need no settings."),
     Group("Materialization: RocksDB snapshots (`spark.dstl.materialization.*`)",
           MaterializerOptions),
+    Group("One writer per checkpoint (`spark.dstl.fencing.*`)", FencingOptions,
+          "A run holds its checkpoint through an epoch and a lease renewed in the background; "
+          "see [operations.md](operations.md) for takeover."),
     Group("Streaming query (`spark.dstl.query.*`)", QueryOptions,
           "Read on the driver only; see [spark.md](spark.md) for how a query uses them."),
 )
