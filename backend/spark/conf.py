@@ -13,7 +13,14 @@ from typing import Any
 
 from pyspark_dstl.backend.options import CONF_PREFIX, BackendOptions
 from pyspark_dstl.core.errors import ConfigError
-from pyspark_dstl.core.settings import Parser, parse_int, parse_text, parse_word, read_section
+from pyspark_dstl.core.settings import (
+    Parser,
+    parse_bool,
+    parse_int,
+    parse_text,
+    parse_word,
+    read_section,
+)
 
 QUERY_SECTION = "query."
 QUERY_PREFIX = CONF_PREFIX + QUERY_SECTION
@@ -30,6 +37,7 @@ class QueryOptions:
     operator_name: str = "stateful"
     output_mode: str = "collect"
     cleanup_interval: int = 10
+    log_progress: bool = True
 
     def __post_init__(self) -> None:
         def fail(name: str, why: str) -> None:
@@ -58,6 +66,7 @@ CONF_KEYS: dict[str, str] = {
     "operator_name": "operatorName",
     "output_mode": "outputMode",
     "cleanup_interval": "cleanupInterval",
+    "log_progress": "logProgress",
 }
 
 
@@ -68,6 +77,7 @@ _PARSERS: dict[str, Parser] = {
     "operator_name": parse_text,
     "output_mode": parse_word,
     "cleanup_interval": parse_int,
+    "log_progress": parse_bool,
 }
 
 

@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
 from pyspark_dstl.backend.lineage.commit_entry import CommitEntry, OperatorCommit
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
+from pyspark_dstl.backend.ops.batch_metrics import UploadProgress, batch_metrics
 from pyspark_dstl.backend.ops.cleanup import cleanup_checkpoint
 from pyspark_dstl.backend.spark.conf import DstlConf
 from pyspark_dstl.backend.spark.errors import CommitValidationError, PartitionCountError
@@ -97,6 +98,8 @@ class BatchProgress:
     load_kinds: dict[str, int]
     cleanup_deleted_files: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    upload: UploadProgress = field(default_factory=UploadProgress)
+    metrics: dict[str, float] = field(default_factory=dict)  # every metric, docs/spark.md
 
 
 class StatefulOperator:
@@ -238,8 +241,12 @@ class StatefulOperator:
             {self.spec.name: OperatorCommit(result.num_partitions, dict(result.infos))},
             extra={"key_columns": list(self.spec.key_columns),
                    "processor": type(self.spec.processor).__name__,
-                   "output_schema": self.spec.output_schema.json()})
+                   "output_schema": self.spec.output_schema.json(),
+                   "metrics": self.metrics_of(result), "stage_seconds": result.seconds})
         return self.commit_log().write(result.batch_id, entry)
+
+    def metrics_of(self, result: StageResult) -> dict[str, float]:
+        return batch_metrics(result.stats, result.infos, result.base.infos(self.spec.name))
 
     def output_frame(self, spark: Any, result: StageResult) -> Any:
         """The stage's output as a DataFrame for the sink: from the collected Arrow data, or
@@ -278,8 +285,11 @@ class StatefulOperator:
         finally:
             result.release()
         deleted = self.maybe_cleanup()
-        return _progress(result, path, commit_started - sink_started,
-                         committed - commit_started, time.monotonic() - started, deleted)
+        progress = _progress(result, path, commit_started - sink_started,
+                             committed - commit_started, time.monotonic() - started, deleted)
+        progress.metrics = self.metrics_of(result)
+        progress.upload = UploadProgress.from_metrics(progress.metrics)
+        return progress
 
 
 def _result_struct(output_schema: Any) -> Any:

@@ -15,6 +15,7 @@ from pyspark_dstl.backend.spark.conf import QUERY_PREFIX, DstlConf
 from pyspark_dstl.backend.spark.errors import StateVariableError
 from pyspark_dstl.backend.spark.operator import BatchProgress, OperatorSpec, StatefulOperator
 from pyspark_dstl.backend.spark.processor import StatefulProcessor, VectorizedStatefulProcessor
+from pyspark_dstl.backend.spark.progress import log_batch, with_state_progress
 from pyspark_dstl.core.errors import ConfigError
 
 Sink = Callable[[Any, int], None]
@@ -103,6 +104,8 @@ class StatefulStream:
         """The foreachBatch function; also usable directly on a batch DataFrame."""
         progress = self.operator.process_batch(df, batch_id, self._sink)
         self.progress.append(progress)
+        if self.operator.conf.query.log_progress:
+            log_batch(progress, self.operator.spec.name, self.operator.checkpoint)
         if self._on_progress is not None:
             self._on_progress(progress)
 
@@ -118,7 +121,9 @@ class StatefulStream:
         location = engine_checkpoint or self.operator.conf.query.engine_checkpoint_location
         if location is None:
             location = default_engine_checkpoint(self.operator.checkpoint)
-        writer = self._df.writeStream.foreachBatch(self.run_batch)
+        df = with_state_progress(self._df, self.operator.checkpoint, self.operator.spec.name,
+                                 self.operator.conf.backend_settings)
+        writer = df.writeStream.foreachBatch(self.run_batch)
         writer = writer.option("checkpointLocation", location)
         if trigger:
             writer = writer.trigger(**dict(trigger))

@@ -21,6 +21,7 @@ from pyspark_dstl.backend.spark.errors import PartitioningError
 from pyspark_dstl.backend.spark.executor import store_cache
 from pyspark_dstl.backend.spark.processor import AnyProcessor
 from pyspark_dstl.backend.spark.runner import run_processor
+from pyspark_dstl.backend.spark.upload_stats import upload_delta
 
 META_COLUMN = "__dstl_meta"
 PARTITION_COLUMN = "__dstl_partition"
@@ -77,6 +78,8 @@ def stateful_task(plan: TaskPlan, processor: AnyProcessor,
             raise
         committed = time.monotonic()
         metrics = dict(store.metrics())
+        uploads = upload_delta(store_cache().backend(plan.settings)
+                               .context(plan.checkpoint).storage)
     processor.close()  # after the commit: a failure here is a failure after committing
     stats = {
         "partition": partition,
@@ -91,6 +94,7 @@ def stateful_task(plan: TaskPlan, processor: AnyProcessor,
         "changelog_bytes": info.changelog.size,
         "materialized_version": info.materialized.version if info.materialized else None,
         "store": {k: v for k, v in metrics.items() if _is_plain(v)},
+        "upload": uploads,
     }
     schema = plan.result_schema
     for batch in output.to_batches():
