@@ -1,4 +1,5 @@
-"""`python -m backend inspect|verify|cleanup <checkpoint-url>`: look after a checkpoint root."""
+"""`python -m pyspark_dstl inspect|verify|cleanup|report <checkpoint-url>`: look after a
+checkpoint root."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import TextIO
 from pyspark_dstl.backend.errors import BackendError
 from pyspark_dstl.backend.ops.cleanup import CleanupReport, cleanup_checkpoint
 from pyspark_dstl.backend.ops.inspection import format_inspection, inspect_checkpoint
+from pyspark_dstl.backend.ops.report_page import write_report
 from pyspark_dstl.backend.ops.verify import verify_checkpoint
 from pyspark_dstl.changelog.config import ChangelogOptions
 from pyspark_dstl.changelog.errors import ChangelogError
@@ -21,15 +23,18 @@ CHANGELOG_CONF_PREFIX = "spark.dstl.changelog."
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m backend",
-                                     description="Inspect, verify or clean a checkpoint root.")
-    parser.add_argument("command", choices=("inspect", "verify", "cleanup"))
+    parser = argparse.ArgumentParser(prog="python -m pyspark_dstl",
+                                     description="Inspect, verify, clean or report on a "
+                                                 "checkpoint root.")
+    parser.add_argument("command", choices=("inspect", "verify", "cleanup", "report"))
     parser.add_argument("url", help="checkpoint root, e.g. s3://bucket/query or file:///path")
     parser.add_argument("--apply", action="store_true",
                         help="cleanup: really delete (the default is a dry run)")
     parser.add_argument("--retain", type=int, default=100,
                         help="cleanup: committed batches to keep (minBatchesToRetain)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    parser.add_argument("-o", "--output", default="report.html",
+                        help="report: the HTML file to write (default report.html)")
     parser.add_argument("--s3-endpoint", help="S3 endpoint URL (e.g. a MinIO or test server)")
     parser.add_argument("--s3-region", help="S3 region")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
@@ -78,6 +83,10 @@ def _run(args: argparse.Namespace, storage: ChangelogStorage, out: TextIO) -> in
         report = inspect_checkpoint(storage)
         print(json.dumps(report, indent=1) if args.json else format_inspection(report),
               file=out)
+        return 0
+    if args.command == "report":
+        count = write_report(storage, args.url, args.output)
+        print(f"wrote {args.output}: {count} batch(es)", file=out)
         return 0
     if args.command == "verify":
         problems = verify_checkpoint(storage)
