@@ -26,7 +26,7 @@ NOT_MEASURES = frozenset({"partition", "attempt", "materialized_version"})
 STORE_MEASURES = {
     "rows_updated": "rows_updated",
     "rows_removed": "rows_removed",
-    "estimated_keys": "state_rows",
+    "estimated_keys": "state_rows_estimate",
     "memory_bytes": "memory_bytes",
     "disk_bytes": "disk_bytes",
     "changelog_bytes_since_snapshot": "changelog_bytes_since_snapshot",

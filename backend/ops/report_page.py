@@ -80,7 +80,7 @@ PLOTS = (
          {"changelog written": "changelog_bytes",
           "changelog since snapshot": "changelog_bytes_since_snapshot",
           "snapshot uploaded": "snapshot_bytes"}),
-    Plot("State rows (RocksDB's estimate)", "rows", {"state rows": "state_rows"}),
+    Plot("State rows (RocksDB's estimate)", "rows", {"state rows": "state_rows_estimate"}),
     Plot("State size", "bytes", {"disk bytes": "disk_bytes", "memory bytes": "memory_bytes"}),
     Plot("Load kinds (partitions per batch)", "partitions", {}, stacked=True),
     Plot("Uploads and hedging", "requests",
@@ -145,7 +145,8 @@ def svg_plot(plot: Plot, batch_ids: Sequence[int],
         if fraction:
             parts.append(f'<line x1="{LEFT}" y1="{y:.1f}" x2="{LEFT + inner_w}" y2="{y:.1f}" '
                          f'stroke="#ddd"/>')
-    for batch in sorted({lo, hi, lo + span // 2}):
+    ticks = batch_ids if len(batch_ids) <= 12 else sorted({lo, hi, lo + span // 2})
+    for batch in ticks:
         parts.append(f'<text x="{x_of(batch):.1f}" y="{TOP + inner_h + 16}" '
                      f'text-anchor="middle" class="tick">{batch}</text>')
     parts.append(f'<text x="{LEFT + inner_w / 2}" y="{TOP + inner_h + 32}" '
