@@ -6,9 +6,13 @@ PYTHON="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
-stamp=.venv/.installed-$(sha1sum pyproject.toml | cut -c1-12)
+stamp=.venv/.installed-$(cat pyproject.toml scripts/bootstrap.sh | sha1sum | cut -c1-12)
 if [ ! -f "$stamp" ]; then
     .venv/bin/python -m pip install --quiet --upgrade pip
-    .venv/bin/python -m pip install --quiet -e ".[test,bench]"
+    # compat: the checkout's root goes on sys.path through a .pth file, so pyspark_dstl is a
+    # plain directory there; PySpark finds the "dstl-state" reader by listing the modules on
+    # sys.path, which the default editable install (an import hook) does not show.
+    .venv/bin/python -m pip install --quiet -e ".[test,bench]" \
+        --config-settings editable_mode=compat
     rm -f .venv/.installed-* && touch "$stamp"
 fi

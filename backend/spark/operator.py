@@ -27,6 +27,7 @@ from pyspark_dstl.backend.spark.errors import CommitValidationError, PartitionCo
 from pyspark_dstl.backend.spark.executor import store_cache
 from pyspark_dstl.backend.spark.processor import AnyProcessor
 from pyspark_dstl.backend.spark.task import META_COLUMN, PARTITION_COLUMN, TaskPlan, stateful_task
+from pyspark_dstl.backend.spark.task_errors import stage_errors
 
 
 @dataclass(frozen=True)
@@ -188,7 +189,8 @@ class StatefulOperator:
         output: pa.Table | None = None
         output_df: Any = None
         if self.conf.query.output_mode == "collect":
-            table = mapped.toArrow()
+            with stage_errors():
+                table = mapped.toArrow()
             meta_mask = pc.is_valid(table.column(META_COLUMN))
             metas = table.filter(meta_mask).column(META_COLUMN).to_pylist()
             output = table.filter(pc.invert(meta_mask)).drop_columns([META_COLUMN])
@@ -196,8 +198,9 @@ class StatefulOperator:
             from pyspark import StorageLevel
 
             output_df = mapped.persist(StorageLevel.MEMORY_AND_DISK)
-            metas = [row[0] for row in output_df.where(F.col(META_COLUMN).isNotNull())
-                     .select(META_COLUMN).collect()]
+            with stage_errors():
+                metas = [row[0] for row in output_df.where(F.col(META_COLUMN).isNotNull())
+                         .select(META_COLUMN).collect()]
         infos: dict[int, CheckpointInfo] = {}
         stats: dict[int, dict[str, Any]] = {}
         for text in metas:

@@ -16,6 +16,7 @@ from pyspark_dstl.backend.spark.errors import StateVariableError
 from pyspark_dstl.backend.spark.operator import BatchProgress, OperatorSpec, StatefulOperator
 from pyspark_dstl.backend.spark.processor import StatefulProcessor, VectorizedStatefulProcessor
 from pyspark_dstl.backend.spark.progress import log_batch, with_state_progress
+from pyspark_dstl.backend.spark.task_errors import StatefulQuery
 from pyspark_dstl.core.errors import ConfigError
 
 Sink = Callable[[Any, int], None]
@@ -129,7 +130,7 @@ class StatefulStream:
             writer = writer.trigger(**dict(trigger))
         if query_name:
             writer = writer.queryName(query_name)
-        return writer.start()
+        return StatefulQuery(writer.start())
 
 
 def to_url(location: str) -> str:

@@ -21,6 +21,7 @@ from pyspark_dstl.backend.spark.errors import PartitioningError
 from pyspark_dstl.backend.spark.executor import store_cache
 from pyspark_dstl.backend.spark.processor import AnyProcessor
 from pyspark_dstl.backend.spark.runner import run_processor
+from pyspark_dstl.backend.spark.task_errors import task_failure
 from pyspark_dstl.backend.spark.upload_stats import upload_delta
 
 META_COLUMN = "__dstl_meta"
@@ -51,6 +52,22 @@ class TaskPlan:
 
 def stateful_task(plan: TaskPlan, processor: AnyProcessor,
                   batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The task; a failure leaves it as a StatefulTaskError naming its culprit first."""
+    try:
+        yield from _run_task(plan, processor, batches)
+    except Exception as exc:
+        raise task_failure(exc, processor, plan.batch_id, _partition_id()) from None
+
+
+def _partition_id() -> int | None:
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    return context.partitionId() if context is not None else None
+
+
+def _run_task(plan: TaskPlan, processor: AnyProcessor,
+              batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     from pyspark import TaskContext  # executor-only import: the plan module stays light
 
     context = TaskContext.get()
