@@ -130,6 +130,15 @@ def local_session(app_name: str, partitions: int) -> Any:
     return spark
 
 
+def remote_session(url: str) -> Any:
+    """A Spark Connect session (url like sc://127.0.0.1:15002). The server runs the query,
+    its foreachBatch function and the Python workers; it must have pyspark-dstl installed
+    and reach the input and checkpoint paths given here."""
+    from pyspark.sql import SparkSession
+
+    return SparkSession.builder.remote(url).getOrCreate()
+
+
 def print_batch(progress: BatchProgress, closed: int) -> None:
     loads = ",".join(f"{kind}:{n}" for kind, n in sorted(progress.load_kinds.items()))
     print(f"batch {progress.batch_id:3d} | {progress.input_rows:6d} events -> {closed:5d} "
@@ -161,14 +170,25 @@ def run(args: argparse.Namespace, checkpoint: str, conf: dict[str, str],
     work = Path(args.work_dir).resolve()
     shutil.rmtree(work, ignore_errors=True)
     events = generate_input(work / "input", args.files, args.events, args.users, args.seed)
-    spark = local_session("pyspark-dstl-main-job", args.partitions)
-    closed_events: dict[int, int] = {}
-    closed_sessions: dict[int, int] = {}
+    spark = (remote_session(args.remote) if getattr(args, "remote", None)
+             else local_session("pyspark-dstl-main-job", args.partitions))
+    sink_dir = work / "sink"
+    sink_dir.mkdir()
 
     def sink(df: Any, batch_id: int) -> None:
-        rows = df.collect()  # a real job would write them somewhere, idempotently per batch
-        closed_events[batch_id] = sum(row["events"] for row in rows)
-        closed_sessions[batch_id] = len(rows)
+        # A real job would write its rows somewhere; this one writes what the check needs,
+        # one file per batch id, replaced whole, so a replayed batch is counted once. (Under
+        # Spark Connect this runs on the server, so it must write somewhere, not to a
+        # variable of this process.)
+        rows = df.collect()
+        written = sink_dir / f".batch-{batch_id:06d}.tmp"
+        written.write_text(json.dumps({"events": sum(row["events"] for row in rows),
+                                       "sessions": len(rows)}))
+        written.replace(sink_dir / f"batch-{batch_id:06d}.json")
+
+    def closed_sessions_of(batch_id: int) -> int:
+        path = sink_dir / f"batch-{batch_id:06d}.json"
+        return json.loads(path.read_text())["sessions"] if path.exists() else 0
 
     stream = (stateful(spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1)
                        .parquet(str(work / "input")))
@@ -176,16 +196,21 @@ def run(args: argparse.Namespace, checkpoint: str, conf: dict[str, str],
               .process(Sessionizer(args.gap, args.idle_ttl), OUTPUT_SCHEMA,
                        checkpoint=checkpoint, partitions=args.partitions, conf=conf)
               .foreach_batch(sink)
-              .on_progress(lambda p: print_batch(p, closed_sessions.get(p.batch_id, 0))))
+              .on_progress(lambda p: print_batch(p, closed_sessions_of(p.batch_id))))
     print(f"input: {events} events in {args.files} files under {work / 'input'}")
     print(f"checkpoint: {checkpoint}\n")
     started = time.monotonic()
     query = stream.start(trigger={"availableNow": True}, engine_checkpoint=engine_checkpoint)
     query.awaitTermination()
-    summarize(stream.progress, time.monotonic() - started, events)
+    if stream.progress:
+        summarize(stream.progress, time.monotonic() - started, events)
+    else:  # Spark Connect: foreachBatch, hence BatchProgress, lives in the server's process
+        print(f"{len(query.recentProgress)} progress reports from Spark (BatchProgress stays "
+              f"on the Connect server; see docs/spark.md)")
     in_open = open_session_events(spark, checkpoint, conf)
-    total = sum(closed_events.values()) + in_open
-    print(f"events in closed sessions {sum(closed_events.values())} + in open sessions "
+    in_closed = sum(json.loads(p.read_text())["events"] for p in sink_dir.glob("batch-*.json"))
+    total = in_closed + in_open
+    print(f"events in closed sessions {in_closed} + in open sessions "
           f"{in_open} = {total} (input {events}): {'exact' if total == events else 'MISMATCH'}")
     spark.stop()
     return 0 if total == events else 1
@@ -202,6 +227,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--gap", type=int, default=120, help="session gap, event seconds")
     p.add_argument("--idle-ttl", default="30min", help="forget users idle this long")
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--remote", help="run through a Spark Connect server, e.g. "
+                                    "sc://127.0.0.1:15002 (default: a local session)")
     return p
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
-from pyspark_dstl.backend.spark import StatefulStream, stateful
+from pyspark_dstl.backend.spark import StatefulStream, observed_state_metrics, stateful
 from pyspark_dstl.backend.spark.progress import LOGGER_NAME, OBSERVATION
 from pyspark_dstl.changelog.storage_service import ChangelogStorage
 from tests.support.fault_proxy import FaultRule
@@ -38,20 +38,18 @@ def run_query(spark: Any, root: Path, batches: int = 3, **process_args: Any) -> 
     return stream, query
 
 
-def observed(progress: Any) -> Any:
-    return progress["observedMetrics"].get(OBSERVATION)
-
-
 def test_spark_progress_observes_the_state_metrics_of_the_batch_before(
         spark: Any, tmp_path: Path) -> None:
     stream, query = run_query(spark, tmp_path)
     reports = {p["batchId"]: p for p in query.recentProgress if p["numInputRows"] > 0}
     assert sorted(reports) == [0, 1, 2]
-    assert observed(reports[0])["batch_id"] is None  # nothing was committed before batch 0
+    assert observed_state_metrics(reports[0]) == {"batch_id": None, "metrics": {}}
     for batch_id in (1, 2):
-        row = observed(reports[batch_id])
+        row = reports[batch_id]["observedMetrics"][OBSERVATION]
         assert row["batch_id"] == batch_id - 1
-        assert row["metrics"] == pytest.approx(stream.progress[batch_id - 1].metrics)
+        assert observed_state_metrics(reports[batch_id]) == {
+            "batch_id": batch_id - 1,
+            "metrics": pytest.approx(stream.progress[batch_id - 1].metrics)}
 
 
 def test_state_metrics_count_rows_keys_and_loads(spark: Any, tmp_path: Path) -> None:

@@ -125,11 +125,21 @@ class DstlConf:
     def from_session(cls, spark: Any, overrides: Mapping[str, Any] | None = None) -> DstlConf:
         """Read every spark.dstl.* key of a SparkSession (runtime conf and SparkConf)."""
         found: dict[str, str] = {}
-        for key, value in spark.sparkContext.getConf().getAll():
+        for key, value in _launch_settings(spark):
             if key.startswith(CONF_PREFIX):
                 found[key] = value
         found.update({k: v for k, v in spark.conf.getAll.items() if k.startswith(CONF_PREFIX)})
         return cls.resolve(found, overrides)
+
+
+def _launch_settings(spark: Any) -> list[tuple[str, str]]:
+    """The SparkConf's settings; a Spark Connect session has no SparkContext and shows its
+    settings through spark.conf alone."""
+    try:
+        context = spark.sparkContext
+    except AttributeError:  # Spark Connect: PySparkAttributeError
+        return []
+    return list(context.getConf().getAll())
 
 
 def _to_setting(value: Any) -> str:

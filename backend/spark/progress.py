@@ -126,3 +126,18 @@ def with_state_progress(df: Any, checkpoint: str, operator: str,
         .alias("metrics"))
     joined = df.join(F.broadcast(observed), F.lit(False), "left")
     return joined.select(*[df[name] for name in df.columns])
+
+
+def observed_state_metrics(progress: Any) -> dict[str, Any] | None:
+    """{"batch_id": ..., "metrics": {...}} from a StreamingQueryProgress (lastProgress, an
+    element of recentProgress or a listener event's progress); None when the report has no
+    observation (a no-data report). Spark Connect's client shows the observed row in another
+    shape (values and schema); both read the same here."""
+    row = progress.observedMetrics.get(OBSERVATION)
+    if row is None:
+        return None
+    data = row.asDict() if hasattr(row, "asDict") else dict(row)
+    if set(data) == {"values", "schema"}:
+        names = [f["name"] for f in data["schema"]["fields"]]
+        data = dict(zip(names, data["values"], strict=True))
+    return {"batch_id": data.get("batch_id"), "metrics": dict(data.get("metrics") or {})}

@@ -149,12 +149,16 @@ def default_engine_checkpoint(checkpoint_url: str) -> str:
 
 
 def _struct(spark: Any, schema: Any) -> Any:
-    from pyspark.sql.types import StructType, _parse_datatype_string
+    from pyspark.sql.types import StructType
 
     if isinstance(schema, StructType):
         return schema
     if isinstance(schema, str):
-        parsed = _parse_datatype_string(schema)
+        try:  # the session parses it: works on Spark Connect too (no local JVM there)
+            parsed = spark.createDataFrame([], schema).schema
+        except Exception as exc:  # Spark's parse error, whatever its class
+            raise ValueError(f"output schema {schema!r} is not a valid DDL string: "
+                             f"{exc}") from exc
         if isinstance(parsed, StructType):
             return parsed
     raise ValueError(f"output schema must be a StructType or a DDL string such as "
