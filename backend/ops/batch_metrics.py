@@ -29,7 +29,6 @@ STORE_MEASURES = {
     "estimated_keys": "state_rows_estimate",
     "memory_bytes": "memory_bytes",
     "disk_bytes": "disk_bytes",
-    "changelog_bytes_since_snapshot": "changelog_bytes_since_snapshot",
     "snapshot_restore_seconds": "snapshot_restore_seconds",
 }
 UPLOAD_COUNTERS = ("requests", "request_failures", "uploads", "upload_failures",

@@ -48,8 +48,7 @@ def batch_rows(entries: Sequence[CommitEntry]) -> list[BatchRow]:
             snaps = snapshot_measures(commit.stores, previous.get(name, {}))
             for key, value in snaps.items():
                 derived[key] = derived.get(key, 0) + value
-            derived["changelog_bytes_since_snapshot"] = derived.get(
-                "changelog_bytes_since_snapshot", 0) + sum(
+            derived["changelog_bytes"] = derived.get("changelog_bytes", 0) + sum(
                 info.changelog.size for info in commit.stores.values())
             previous[name] = commit.stores
         rows.append(BatchRow(entry.batch_id, entry.created_ms,
@@ -77,8 +76,8 @@ PLOTS = (
     Plot("Commit latency (slowest task)", "s",
          {"commit": "commit_seconds", "load": "load_seconds", "stage": "stage_seconds"}),
     Plot("Changelog and snapshot bytes", "bytes",
-         {"changelog written": "changelog_bytes",
-          "changelog since snapshot": "changelog_bytes_since_snapshot",
+         {"durable changelog since the snapshot": "changelog_bytes",
+          "uploaded (changelog and snapshot files)": "upload_bytes",
           "snapshot uploaded": "snapshot_bytes"}),
     Plot("State rows (RocksDB's estimate)", "rows", {"state rows": "state_rows_estimate"}),
     Plot("State size", "bytes", {"disk bytes": "disk_bytes", "memory bytes": "memory_bytes"}),
