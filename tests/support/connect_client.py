@@ -4,6 +4,7 @@ Connect client; prints one RESULT line of JSON. Usage: connect_client.py URL WOR
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -21,6 +22,8 @@ def main(url: str, work: Path) -> dict[str, object]:
         write_batches,
     )
 
+    for leftover in ("in", "ckpt"):  # of an earlier attempt
+        shutil.rmtree(work / leftover, ignore_errors=True)
     spark = SparkSession.builder.remote(url).getOrCreate()
     frames = make_batches(3, rows=60, keys=12, seed=61)
     write_batches(work / "in", frames)
