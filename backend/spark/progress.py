@@ -28,6 +28,7 @@ LOGGER_NAME = "pyspark_dstl.progress"
 OBSERVATION = "dstl_state"
 SOURCE_NAME = "dstl-progress"
 SCHEMA = "__dstl_batch LONG, __dstl_metric STRING, __dstl_value DOUBLE"
+METRIC_COLUMNS = ("__dstl_batch", "__dstl_metric", "__dstl_value")
 
 log = logging.getLogger(LOGGER_NAME)
 _warn = logging.getLogger(__name__)
@@ -125,7 +126,7 @@ def with_state_progress(df: Any, checkpoint: str, operator: str,
         F.map_from_entries(F.collect_list(F.struct("__dstl_metric", "__dstl_value")))
         .alias("metrics"))
     joined = df.join(F.broadcast(observed), F.lit(False), "left")
-    return joined.select(*[df[name] for name in df.columns])
+    return joined.drop(*METRIC_COLUMNS)  # by name: a column of df may have a dot in its name
 
 
 def observed_state_metrics(progress: Any) -> dict[str, Any] | None:
