@@ -248,14 +248,21 @@ def run(args: argparse.Namespace, checkpoint: str, conf: dict[str, str],
     work = Path(args.work_dir).resolve()
     shutil.rmtree(work, ignore_errors=True)
     generated = generate_input(work / "input", args)
-    spark = local_session("pyspark-dstl-main-job", args.partitions)
-    closed_events: dict[int, int] = {}
-    closed: dict[int, tuple[int, int]] = {}  # batch -> (sessions, of which closed by timer)
+    spark = (remote_session(args.remote) if args.remote
+             else local_session("pyspark-dstl-main-job", args.partitions))
+    sink_dir = work / "sink"
+    sink_dir.mkdir()
 
     def sink(df: Any, batch_id: int) -> None:
-        rows = df.collect()  # a real job would write them somewhere, idempotently per batch
-        closed_events[batch_id] = sum(row["events"] for row in rows)
-        closed[batch_id] = (len(rows), sum(1 for row in rows if row["closed_by"] == "timer"))
+        # A real job would write its rows somewhere; this one writes what the check needs,
+        # one file per batch id, replaced whole, so a replayed batch counts once. (Under Spark
+        # Connect this runs on the server: it must write somewhere, not to a variable here.)
+        rows = df.collect()
+        written = sink_dir / f".batch-{batch_id:06d}.tmp"
+        written.write_text(json.dumps({
+            "events": sum(row["events"] for row in rows), "sessions": len(rows),
+            "by_timer": sum(1 for row in rows if row["closed_by"] == "timer")}))
+        written.replace(sink_dir / f"batch-{batch_id:06d}.json")
 
     delay = f"{args.watermark_delay} seconds"
     stream = (stateful(spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1)
@@ -265,7 +272,7 @@ def run(args: argparse.Namespace, checkpoint: str, conf: dict[str, str],
                        checkpoint=checkpoint, partitions=args.partitions, conf=conf,
                        time_mode="event_time", event_time="ts", watermark_delay=delay)
               .foreach_batch(sink)
-              .on_progress(lambda p: print_batch(p, *closed.get(p.batch_id, (0, 0)))))
+              .on_progress(lambda p: print_batch(p, *closed_of(sink_dir, p.batch_id)[1:])))
     print(f"input: {generated.events} events in {args.files} files under {work / 'input'}")
     print(f"checkpoint: {checkpoint}")
     print(f"sessions end after {args.gap} s without events (event time); watermark delay "
@@ -273,26 +280,50 @@ def run(args: argparse.Namespace, checkpoint: str, conf: dict[str, str],
     started = time.monotonic()
     query = stream.start(trigger={"availableNow": True}, engine_checkpoint=engine_checkpoint)
     query.awaitTermination()
-    progress = stream.progress
-    summarize(progress, time.monotonic() - started, generated.events)
-    ok = check(spark, args, checkpoint, conf, generated, progress, closed_events, closed)
+    if stream.progress:
+        summarize(stream.progress, time.monotonic() - started, generated.events)
+    else:  # Spark Connect: foreachBatch, hence BatchProgress, lives in the server's process
+        print(f"{len(query.recentProgress)} progress reports from Spark (BatchProgress stays "
+              f"on the Connect server; see docs/spark.md)")
+    ok = check(spark, args, checkpoint, conf, generated, stream, sink_dir)
     spark.stop()
     return 0 if ok else 1
 
 
+def remote_session(url: str) -> Any:
+    """A Spark Connect session (url like sc://127.0.0.1:15002). The server runs the query,
+    its foreachBatch function and the Python workers; it must have pyspark-dstl installed
+    and reach the input and checkpoint paths given here."""
+    from pyspark.sql import SparkSession
+
+    return SparkSession.builder.remote(url).getOrCreate()
+
+
+def closed_of(sink_dir: Path, batch_id: int) -> tuple[int, int, int]:
+    """(events, sessions, sessions closed by their timer) the sink wrote for a batch."""
+    path = sink_dir / f"batch-{batch_id:06d}.json"
+    if not path.exists():
+        return 0, 0, 0
+    written = json.loads(path.read_text())
+    return written["events"], written["sessions"], written["by_timer"]
+
+
 def check(spark: Any, args: argparse.Namespace, checkpoint: str, conf: dict[str, str],
-          generated: Generated, progress: list[BatchProgress], closed_events: dict[int, int],
-          closed: dict[int, tuple[int, int]]) -> bool:
-    """The self-check: print each verdict, return whether all hold."""
-    final_watermark = progress[-1].watermark_ms
+          generated: Generated, stream: Any, sink_dir: Path) -> bool:
+    """The self-check: print each verdict, return whether all hold. The batches' clocks come
+    from the commit log (what the checkpoint recorded), so this works under Connect too."""
+    log = stream.operator.commit_log()
+    times = [log.read(batch).extra.get("time", {}) for batch in sorted(log.batch_ids())]
+    final_watermark = int(times[-1]["watermark_ms"])
+    late = sum(int(t.get("late_rows", 0)) for t in times)
+    closed = [closed_of(sink_dir, batch) for batch in sorted(log.batch_ids())]
     gap_ms = args.gap * 1000
     still_open = open_sessions(spark, checkpoint, conf, gap_ms, final_watermark)
-    late = sum(p.late_rows for p in progress)
     expected_late, expected_watermark = watermark_rule(generated.stamps,
                                                        args.watermark_delay * 1000)
-    in_closed = sum(closed_events.values())
-    by_timer = sum(t for _, t in closed.values())
-    print(f"sessions closed: {sum(n for n, _ in closed.values())}, {by_timer} of them by their "
+    in_closed = sum(events for events, _, _ in closed)
+    by_timer = sum(timer for _, _, timer in closed)
+    print(f"sessions closed: {sum(n for _, n, _ in closed)}, {by_timer} of them by their "
           f"timer (no further event of the user); {still_open.sessions} still open")
     verdicts = [
         (f"no session open past the final watermark {clock(final_watermark)}: "
@@ -350,6 +381,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--late", type=float, default=0.003,
                    help="share of rows (from the 4th file on) that arrive 3 minutes late")
     p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--remote", help="run through a Spark Connect server, e.g. "
+                                    "sc://127.0.0.1:15002 (default: a local session)")
     return p
 
 

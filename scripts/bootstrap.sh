@@ -6,9 +6,18 @@ PYTHON="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
-stamp=.venv/.installed-$(sha1sum pyproject.toml | cut -c1-12)
+# strict editable installs link each module file, so a new module needs a reinstall: the
+# stamp covers the list of the package's files as well
+stamp=.venv/.installed-$( (cat pyproject.toml scripts/bootstrap.sh; \
+    find pyspark_dstl/ core changelog materializer backend -name '*.py' | sort) \
+    | sha1sum | cut -c1-12)
 if [ ! -f "$stamp" ]; then
     .venv/bin/python -m pip install --quiet --upgrade pip
-    .venv/bin/python -m pip install --quiet -e ".[test,bench]"
+    # strict: a tree of links holding only the pyspark_dstl package goes on sys.path through
+    # a .pth file. PySpark finds the "dstl-state" reader by listing the modules on sys.path,
+    # which the default editable install (an import hook) does not show, and the checkout's
+    # root itself must not go there (it would make changelog, backend, ... importable).
+    .venv/bin/python -m pip install --quiet -e ".[test,bench]" \
+        --config-settings editable_mode=strict
     rm -f .venv/.installed-* && touch "$stamp"
 fi

@@ -376,3 +376,21 @@ def test_reads_take_any_bytes_like_key(local_env: BackendEnv) -> None:
         assert store.get(memoryview(key)) == value
     assert store.multi_get([bytearray(b"stored"), memoryview(b"cached"), b"none"]) == [
         b"1", b"2", None]
+
+
+def test_metrics_count_this_transactions_updates_and_removes(any_env: BackendEnv) -> None:
+    provider = any_env.provider(any_env.backend())
+    store = provider.get_store(0)
+    store.put_many([(b"a", b"1"), (b"b", b"2"), (b"c", b"3")])
+    info = store.commit()
+    assert (store.metrics()["rows_updated"], store.metrics()["rows_removed"]) == (3, 0)
+    store = provider.get_store(1, info)
+    store.remove(b"a")
+    store.remove(b"b")
+    store.put(b"b", b"back")  # a put over this transaction's delete is an update
+    store.put(b"a", b"x")
+    store.remove(b"a")  # and a delete over its put is a delete
+    store.commit()
+    metrics = store.metrics()
+    assert (metrics["rows_updated"], metrics["rows_removed"]) == (1, 1)
+    assert metrics["memory_bytes"] > 0 and metrics["disk_bytes"] >= 0

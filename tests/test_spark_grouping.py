@@ -70,11 +70,29 @@ def test_collector_rejects_frames_missing_a_column() -> None:
         collector.finish()
 
 
-def test_collector_rejects_values_of_the_wrong_type() -> None:
+def test_collector_rejects_values_of_the_wrong_type_naming_the_column_first() -> None:
     collector = OutputCollector(SCHEMA, "P")
     collector.add(("a", "not a number"))
-    with pytest.raises(OutputSchemaError, match="do not fit"):
+    with pytest.raises(OutputSchemaError) as raised:
         collector.finish()
+    assert str(raised.value).startswith(
+        "P: output column 'count' (int64) cannot hold 'not a number' (str)")
+    assert "\n" not in str(raised.value)
+
+
+def test_collector_names_the_frame_column_of_the_wrong_type() -> None:
+    collector = OutputCollector(SCHEMA, "P")
+    collector.add(pd.DataFrame({"user": ["a"], "count": ["x"]}))
+    with pytest.raises(OutputSchemaError, match=r"^P: output column 'count' \(int64\) "
+                                                r"cannot hold 'x'"):
+        collector.finish()
+
+
+def test_collector_names_the_arrow_column_that_cannot_be_cast() -> None:
+    collector = OutputCollector(SCHEMA, "P")
+    with pytest.raises(OutputSchemaError, match=r"^P: output column 'count' \(string\) "
+                                                r"cannot be cast to int64"):
+        collector.add(pa.table({"user": ["a"], "count": ["x"]}))
 
 
 def test_collector_rejects_other_objects() -> None:

@@ -60,6 +60,14 @@ class Engine(ABC):
     @abstractmethod
     def estimated_keys(self) -> int: ...
 
+    def memory_bytes(self) -> int:
+        """Bytes the engine holds in memory for this state (0 when it cannot tell)."""
+        return 0
+
+    def disk_bytes(self) -> int:
+        """Bytes of the engine's local files for this state (0 when it keeps none)."""
+        return 0
+
     def persist_locally(self) -> bool:
         """Write everything held in memory to the local files (WAL is off, so RocksDB's
         memtable must be flushed) before another process takes the files over; False when

@@ -89,5 +89,9 @@ class MemoryEngine(Engine):
     def estimated_keys(self) -> int:
         return len(self._data)
 
+    def memory_bytes(self) -> int:
+        """Key and value bytes (Python's per-object overhead is not counted)."""
+        return sum(map(len, self._data)) + sum(map(len, self._data.values()))
+
     def close(self) -> None:
         self._data = {}

@@ -181,6 +181,16 @@ class RocksDBEngine(Engine):
     def estimated_keys(self) -> int:
         return int(self._db.property_int_value("rocksdb.estimate-num-keys") or 0)
 
+    def memory_bytes(self) -> int:
+        """Memtables plus the SST files' index and filter blocks held open (the block cache
+        is left out: it may be shared between stores)."""
+        return sum(int(self._db.property_int_value(name) or 0)
+                   for name in ("rocksdb.cur-size-all-mem-tables",
+                                "rocksdb.estimate-table-readers-mem"))
+
+    def disk_bytes(self) -> int:
+        return int(self._db.property_int_value("rocksdb.total-sst-files-size") or 0)
+
     def persist_locally(self) -> bool:
         try:
             self._db.flush(True)

@@ -1,4 +1,5 @@
-"""`python -m pyspark_dstl inspect|verify|cleanup|takeover <checkpoint-url>`: look after a root.
+"""`python -m pyspark_dstl inspect|verify|cleanup|takeover|report <checkpoint-url>`: look after
+a checkpoint root.
 
 Every command first checks that the root exists and holds a checkpoint (exit status 2 if
 not): a mistyped URL must never read as "0 problems".
@@ -16,6 +17,7 @@ from pyspark_dstl.backend.errors import BackendError
 from pyspark_dstl.backend.lineage.fencing import take_over
 from pyspark_dstl.backend.ops.cleanup import CleanupReport, cleanup_checkpoint
 from pyspark_dstl.backend.ops.inspection import format_inspection, inspect_checkpoint
+from pyspark_dstl.backend.ops.report_page import write_report
 from pyspark_dstl.backend.ops.root import require_checkpoint
 from pyspark_dstl.backend.ops.verify import verify_report
 from pyspark_dstl.backend.options import FencingOptions
@@ -31,9 +33,10 @@ FENCING_CONF_PREFIX = "spark.dstl.fencing."
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m pyspark_dstl",
-                                     description="Inspect, verify, clean or take over a "
+                                     description="Inspect, verify, clean, take over or report on a "
                                                  "checkpoint root.")
-    parser.add_argument("command", choices=("inspect", "verify", "cleanup", "takeover"))
+    parser.add_argument("command", choices=("inspect", "verify", "cleanup", "takeover",
+                                            "report"))
     parser.add_argument("url", help="checkpoint root, e.g. s3://bucket/query or file:///path")
     parser.add_argument("--apply", action="store_true",
                         help="cleanup: really delete (the default is a dry run)")
@@ -42,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--run", help="takeover: the run id of the holder known to be dead "
                                       "(as `inspect` shows it)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    parser.add_argument("-o", "--output", default="report.html",
+                        help="report: the HTML file to write (default report.html)")
     parser.add_argument("--s3-endpoint", help="S3 endpoint URL (e.g. a MinIO or test server)")
     parser.add_argument("--s3-region", help="S3 region")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
@@ -103,6 +108,10 @@ def _run(args: argparse.Namespace, storage: ChangelogStorage, fencing: FencingOp
         report = inspect_checkpoint(storage)
         print(json.dumps(report, indent=1) if args.json else format_inspection(report),
               file=out)
+        return 0
+    if args.command == "report":
+        count = write_report(storage, args.url, args.output)
+        print(f"wrote {args.output}: {count} batch(es)", file=out)
         return 0
     if args.command == "verify":
         return _verify(args, storage, out)

@@ -32,11 +32,14 @@ from pyspark_dstl.backend.spark.processor import (
     StatefulProcessorHandle,
     VectorizedStatefulProcessor,
 )
+from pyspark_dstl.backend.spark.progress import OBSERVATION, observed_state_metrics
 from pyspark_dstl.backend.spark.query import StatefulStream, stateful
 from pyspark_dstl.backend.spark.reader import DstlStateDataSource, read_state, register_state_reader
 from pyspark_dstl.backend.spark.state import ListState, MapState, ValueState
+from pyspark_dstl.backend.spark.task_errors import StatefulQuery, StatefulTaskError
 
 __all__ = [
+    "OBSERVATION",
     "BatchProgress",
     "CommitValidationError",
     "DstlConf",
@@ -59,10 +62,13 @@ __all__ = [
     "StatefulOperator",
     "StatefulProcessor",
     "StatefulProcessorHandle",
+    "StatefulQuery",
     "StatefulStream",
+    "StatefulTaskError",
     "TimerError",
     "ValueState",
     "VectorizedStatefulProcessor",
+    "observed_state_metrics",
     "read_state",
     "register_state_reader",
     "stateful",

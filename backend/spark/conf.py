@@ -14,6 +14,7 @@ from typing import Any
 from pyspark_dstl.backend.options import CONF_PREFIX, BackendOptions
 from pyspark_dstl.core.errors import ConfigError
 from pyspark_dstl.core.settings import (
+    BOOL,
     INT,
     TEXT,
     WORD,
@@ -62,6 +63,10 @@ class QueryOptions(Options):
         "cleanupInterval", INT, 10,
         "Run retention cleanup on the driver every N batches (between batches); `0` switches "
         "it off.", at_least=0, hint="0 switches cleanup off")
+    log_progress: bool = setting(
+        "logProgress", BOOL, True,
+        "Log one JSON line per batch (logger `pyspark_dstl.progress`, INFO) with the batch's "
+        "state and upload metrics.")
 
 
 CONF_KEYS: dict[str, str] = conf_keys(QueryOptions)
@@ -108,11 +113,21 @@ class DstlConf:
     def from_session(cls, spark: Any, overrides: Mapping[str, Any] | None = None) -> DstlConf:
         """Read every spark.dstl.* key of a SparkSession (runtime conf and SparkConf)."""
         found: dict[str, str] = {}
-        for key, value in spark.sparkContext.getConf().getAll():
+        for key, value in _launch_settings(spark):
             if key.startswith(CONF_PREFIX):
                 found[key] = value
         found.update({k: v for k, v in spark.conf.getAll.items() if k.startswith(CONF_PREFIX)})
         return cls.resolve(found, overrides)
+
+
+def _launch_settings(spark: Any) -> list[tuple[str, str]]:
+    """The SparkConf's settings; a Spark Connect session has no SparkContext and shows its
+    settings through spark.conf alone."""
+    try:
+        context = spark.sparkContext
+    except AttributeError:  # Spark Connect: PySparkAttributeError
+        return []
+    return list(context.getConf().getAll())
 
 
 def _to_setting(value: Any) -> str:

@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
 from pyspark_dstl.backend.lineage.commit_entry import CommitEntry, OperatorCommit
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
+from pyspark_dstl.backend.ops.batch_metrics import UploadProgress, batch_metrics
 from pyspark_dstl.backend.ops.cleanup import cleanup_checkpoint
 from pyspark_dstl.backend.spark import fencing
 from pyspark_dstl.backend.spark.conf import DstlConf
@@ -29,6 +30,7 @@ from pyspark_dstl.backend.spark.executor import store_cache
 from pyspark_dstl.backend.spark.initial_state import InitialState
 from pyspark_dstl.backend.spark.processor import AnyProcessor
 from pyspark_dstl.backend.spark.task import META_COLUMN, PARTITION_COLUMN, TaskPlan, stateful_task
+from pyspark_dstl.backend.spark.task_errors import stage_errors
 from pyspark_dstl.backend.spark.ticks import TickDemand, write_demand
 from pyspark_dstl.backend.spark.timing import BatchClock, TimeSpec
 
@@ -110,6 +112,8 @@ class BatchProgress:
     timers_fired: int = 0
     watermark_ms: int = -1
     extra: dict[str, Any] = field(default_factory=dict)
+    upload: UploadProgress = field(default_factory=UploadProgress)
+    metrics: dict[str, float] = field(default_factory=dict)  # every metric, docs/spark.md
 
 
 class StatefulOperator:
@@ -206,7 +210,8 @@ class StatefulOperator:
         output: pa.Table | None = None
         output_df: Any = None
         if self.conf.query.output_mode == "collect":
-            table = mapped.toArrow()
+            with stage_errors():
+                table = mapped.toArrow()
             meta_mask = pc.is_valid(table.column(META_COLUMN))
             metas = table.filter(meta_mask).column(META_COLUMN).to_pylist()
             output = table.filter(pc.invert(meta_mask)).drop_columns([META_COLUMN])
@@ -214,8 +219,9 @@ class StatefulOperator:
             from pyspark import StorageLevel
 
             output_df = mapped.persist(StorageLevel.MEMORY_AND_DISK)
-            metas = [row[0] for row in output_df.where(F.col(META_COLUMN).isNotNull())
-                     .select(META_COLUMN).collect()]
+            with stage_errors():
+                metas = [row[0] for row in output_df.where(F.col(META_COLUMN).isNotNull())
+                         .select(META_COLUMN).collect()]
         infos: dict[int, CheckpointInfo] = {}
         stats: dict[int, dict[str, Any]] = {}
         for text in metas:
@@ -260,6 +266,7 @@ class StatefulOperator:
             extra={"key_columns": list(self.spec.key_columns),
                    "processor": type(self.spec.processor).__name__,
                    "output_schema": self.spec.output_schema.json(),
+                   "metrics": self.metrics_of(result), "stage_seconds": result.seconds,
                    **self._time_extra(result)})
         path = self.commit_log().write(result.batch_id, entry, lease=fencing.hold(self),
                                        rerun=result.base.rerun)
@@ -286,6 +293,9 @@ class StatefulOperator:
         if location is None:
             return
         write_demand(location, TickDemand.from_commit(batch_id, (extra or {}).get("time")))
+
+    def metrics_of(self, result: StageResult) -> dict[str, float]:
+        return batch_metrics(result.stats, result.infos, result.base.infos(self.spec.name))
 
     def output_frame(self, spark: Any, result: StageResult) -> Any:
         """The stage's output as a DataFrame for the sink: from the collected Arrow data, or
@@ -325,8 +335,11 @@ class StatefulOperator:
         finally:
             result.release()
         deleted = self.maybe_cleanup()
-        return _progress(result, path, commit_started - sink_started,
-                         committed - commit_started, time.monotonic() - started, deleted)
+        progress = _progress(result, path, commit_started - sink_started,
+                             committed - commit_started, time.monotonic() - started, deleted)
+        progress.metrics = self.metrics_of(result)
+        progress.upload = UploadProgress.from_metrics(progress.metrics)
+        return progress
 
 
 def _result_struct(output_schema: Any) -> Any:

@@ -64,23 +64,60 @@ class OutputCollector:
             return pa.Table.from_pandas(frame[self._schema.names], schema=self._schema,
                                         preserve_index=False, safe=True)
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
+            for field in self._schema:
+                try:
+                    pa.Array.from_pandas(frame[field.name], type=field.type, safe=True)
+                except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError,
+                        OverflowError) as column_error:
+                    raise self._misfit(field, frame[field.name].tolist(),
+                                       column_error) from exc
             raise OutputSchemaError(f"{self._name}: output frames do not fit the output "
-                                    f"schema {self._schema}: {exc}") from exc
+                                    f"schema ({self._schema_text()}): {exc}") from exc
 
     def _from_rows(self, rows: list[tuple[Any, ...]]) -> pa.Table:
         columns = list(zip(*rows, strict=True))
-        try:
-            arrays = [pa.array(column, type=field.type)
-                      for column, field in zip(columns, self._schema, strict=True)]
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError,
-                OverflowError) as exc:
-            raise OutputSchemaError(f"{self._name}: output rows do not fit the output schema "
-                                    f"{self._schema}: {exc}") from exc
+        arrays = []
+        for column, field in zip(columns, self._schema, strict=True):
+            try:
+                arrays.append(pa.array(column, type=field.type))
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError,
+                    OverflowError) as exc:
+                raise self._misfit(field, column, exc) from exc
         return pa.Table.from_arrays(arrays, schema=self._schema)
+
+    def _misfit(self, field: pa.Field, values: Any, error: Exception) -> OutputSchemaError:
+        """The error naming the output column first, then the first value it cannot hold."""
+        bad: Any = None
+        for value in values:
+            try:
+                pa.array([value], type=field.type)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+                bad = value
+                break
+        what = f" cannot hold {bad!r} ({type(bad).__name__})" if bad is not None else \
+            " does not fit"
+        return OutputSchemaError(f"{self._name}: output column {field.name!r} ({field.type})"
+                                 f"{what}: {error} (output schema: {self._schema_text()})")
+
+    def _schema_text(self) -> str:
+        return ", ".join(f"{f.name} {f.type}" for f in self._schema)
 
     def _conform(self, table: pa.Table) -> pa.Table:
         try:
             return table.select(self._schema.names).cast(self._schema)
         except (KeyError, pa.ArrowInvalid, pa.ArrowTypeError, ValueError) as exc:
+            for field in self._schema:
+                if field.name not in table.column_names:
+                    raise OutputSchemaError(f"{self._name}: output Arrow data has no column "
+                                            f"{field.name!r} (output schema: "
+                                            f"{self._schema_text()})") from exc
+                try:
+                    table.column(field.name).cast(field.type)
+                except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError) as column_error:
+                    raise OutputSchemaError(
+                        f"{self._name}: output column {field.name!r} "
+                        f"({table.schema.field(field.name).type}) cannot be cast to "
+                        f"{field.type}: {column_error} (output schema: "
+                        f"{self._schema_text()})") from exc
             raise OutputSchemaError(f"{self._name}: output Arrow data does not fit the output "
-                                    f"schema {self._schema}: {exc}") from exc
+                                    f"schema ({self._schema_text()}): {exc}") from exc

@@ -17,6 +17,8 @@ from pyspark_dstl.backend.spark.errors import StateVariableError
 from pyspark_dstl.backend.spark.initial_state import InitialState
 from pyspark_dstl.backend.spark.operator import BatchProgress, OperatorSpec, StatefulOperator
 from pyspark_dstl.backend.spark.processor import StatefulProcessor, VectorizedStatefulProcessor
+from pyspark_dstl.backend.spark.progress import log_batch, with_state_progress
+from pyspark_dstl.backend.spark.task_errors import StatefulQuery
 from pyspark_dstl.backend.spark.ticks import default_demand_file, tick_stream
 from pyspark_dstl.backend.spark.timing import TimeSpec
 from pyspark_dstl.backend.spark.validation import check_declarations, time_spec
@@ -124,6 +126,8 @@ class StatefulStream:
         """The foreachBatch function; also usable directly on a batch DataFrame."""
         progress = self.operator.process_batch(df, batch_id, self._sink)
         self.progress.append(progress)
+        if self.operator.conf.query.log_progress:
+            log_batch(progress, self.operator.spec.name, self.operator.checkpoint)
         if self._on_progress is not None:
             self._on_progress(progress)
 
@@ -145,6 +149,8 @@ class StatefulStream:
             self.operator.publish_latest_demand()
             source = source.unionByName(tick_stream(source.sparkSession, source.schema,
                                                     tick_file))
+        source = with_state_progress(source, self.operator.checkpoint, self.operator.spec.name,
+                                     self.operator.conf.backend_settings)
         writer = source.writeStream.foreachBatch(self.run_batch)
         writer = writer.option("checkpointLocation", location)
         if trigger:
@@ -159,7 +165,7 @@ class StatefulStream:
         except BaseException:
             fencing.abandon_query(self.operator)
             raise
-        return query
+        return StatefulQuery(query)
 
 
 def to_url(location: str) -> str:
@@ -178,12 +184,16 @@ def default_engine_checkpoint(checkpoint_url: str) -> str:
 
 
 def _struct(spark: Any, schema: Any) -> Any:
-    from pyspark.sql.types import StructType, _parse_datatype_string
+    from pyspark.sql.types import StructType
 
     if isinstance(schema, StructType):
         return schema
     if isinstance(schema, str):
-        parsed = _parse_datatype_string(schema)
+        try:  # the session parses it: works on Spark Connect too (no local JVM there)
+            parsed = spark.createDataFrame([], schema).schema
+        except Exception as exc:  # Spark's parse error, whatever its class
+            raise ValueError(f"output schema {schema!r} is not a valid DDL string: "
+                             f"{exc}") from exc
         if isinstance(parsed, StructType):
             return parsed
     raise ValueError(f"output schema must be a StructType or a DDL string such as "

@@ -25,6 +25,7 @@ from pyspark_dstl.backend.spark.processor import (
     VectorizedStatefulProcessor,
 )
 from pyspark_dstl.backend.spark.state import NO_TIME, KeyContext, StoreAccess
+from pyspark_dstl.backend.spark.task_errors import note_key
 from pyspark_dstl.backend.spark.timers import DueTimer, TimerIndex
 
 
@@ -76,9 +77,14 @@ def run_processor(processor: AnyProcessor, store: StoreAccess, table: pa.Table,
         encoded = batch.keys.encoded
         context.batch_keys = encoded
         handle_rows = processor.handle_input_rows
-        for index, key in enumerate(batch.keys):
-            context.current = encoded[index]
-            _collect(collector, handle_rows(key, iter((batch.rows_of(index),))))
+        key: Any = None
+        try:
+            for index, key in enumerate(batch.keys):
+                context.current = encoded[index]
+                _collect(collector, handle_rows(key, iter((batch.rows_of(index),))))
+        except Exception as exc:
+            note_key(exc, key_columns, key)
+            raise
         context.current = None
         context.batch_keys = []
     fired, next_timer = _fire_timers(processor, store, context, times, collector)

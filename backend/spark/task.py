@@ -24,6 +24,8 @@ from pyspark_dstl.backend.spark.executor import store_cache
 from pyspark_dstl.backend.spark.processor import AnyProcessor
 from pyspark_dstl.backend.spark.runner import BatchTimes, run_processor
 from pyspark_dstl.backend.spark.state import NO_TIME
+from pyspark_dstl.backend.spark.task_errors import task_failure
+from pyspark_dstl.backend.spark.upload_stats import upload_delta
 
 META_COLUMN = "__dstl_meta"
 PARTITION_COLUMN = "__dstl_partition"
@@ -61,6 +63,22 @@ class TaskPlan:
 
 def stateful_task(plan: TaskPlan, processor: AnyProcessor,
                   batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The task; a failure leaves it as a StatefulTaskError naming its culprit first."""
+    try:
+        yield from _run_task(plan, processor, batches)
+    except Exception as exc:
+        raise task_failure(exc, processor, plan.batch_id, _partition_id()) from None
+
+
+def _partition_id() -> int | None:
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    return context.partitionId() if context is not None else None
+
+
+def _run_task(plan: TaskPlan, processor: AnyProcessor,
+              batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     from pyspark import TaskContext  # executor-only import: the plan module stays light
 
     context = TaskContext.get()
@@ -96,6 +114,8 @@ def stateful_task(plan: TaskPlan, processor: AnyProcessor,
             raise
         committed = time.monotonic()
         metrics = dict(store.metrics())
+        uploads = upload_delta(store_cache().backend(plan.settings)
+                               .context(plan.checkpoint).storage)
     processor.close()  # after the commit: a failure here is a failure after committing
     stats = {
         "partition": partition,
@@ -115,6 +135,7 @@ def stateful_task(plan: TaskPlan, processor: AnyProcessor,
         "changelog_bytes": info.changelog.size,
         "materialized_version": info.materialized.version if info.materialized else None,
         "store": {k: v for k, v in metrics.items() if _is_plain(v)},
+        "upload": uploads,
     }
     schema = plan.result_schema
     for batch in output.to_batches():

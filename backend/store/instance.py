@@ -39,6 +39,7 @@ class InstanceMetrics:
     commits: int = 0
     flushes: int = 0
     records: int = 0
+    removed: int = 0  # of `records`, the deletes
     payload_bytes: int = 0
     last_commit_seconds: float = 0.0
     truncated_files: list[str] = field(default_factory=list)
@@ -93,6 +94,7 @@ class StoreInstance:
             pending = cache.pending()
             deletes = cache.deletes
             records = len(cache)
+            removed = cache.removes
             payload = encode_changes(marker, [(cf, table) for cf, _, table in pending], deletes,
                                      cache.packer())
             self.writer.append(self._partition, payload)
@@ -106,6 +108,7 @@ class StoreInstance:
             cache.clear()
         self.metrics.flushes += 1
         self.metrics.records += records
+        self.metrics.removed += removed
         self.metrics.payload_bytes += len(payload)
         return persisting
 

@@ -34,6 +34,8 @@ class ChangelogStateStore(StateStore):
         self._load_metrics = dict(load_metrics)
         self._on_end = on_end
         self._info: CheckpointInfo | None = None
+        self._records_before = instance.metrics.records
+        self._removed_before = instance.metrics.removed
 
     @property
     def store_id(self) -> str:
@@ -196,6 +198,11 @@ class ChangelogStateStore(StateStore):
             "materialized_version": (position.materialized.version
                                      if position.materialized else None),
             "estimated_keys": self._instance.engine.estimated_keys(),
+            "rows_updated": (instance.records - self._records_before
+                             - (instance.removed - self._removed_before)),
+            "rows_removed": instance.removed - self._removed_before,
+            "memory_bytes": self._instance.engine.memory_bytes(),
+            "disk_bytes": self._instance.engine.disk_bytes(),
         }
 
     # --- internals --------------------------------------------------------------------------

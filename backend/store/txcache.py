@@ -34,6 +34,7 @@ class TransactionCache:
         self.deletes: set[str] = set()  # column families with a delete since the last drain
         self.entries = 0
         self.bytes = 0
+        self.removes = 0  # entries that are deletes (a put over a delete takes one back)
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self._packer: Any = None
@@ -70,6 +71,7 @@ class TransactionCache:
             self.bytes += overhead + len(key) + len(value)
         elif old is None:
             self.bytes += len(value)
+            self.removes -= 1
         else:
             self.bytes += len(value) - len(old)
         return self.entries >= self.max_entries or self.bytes >= self.max_bytes
@@ -81,8 +83,10 @@ class TransactionCache:
         self.deletes.add(cf)
         if old is ABSENT:
             self.entries += 1
+            self.removes += 1
             self.bytes += overhead + len(key)
         elif old is not None:
+            self.removes += 1
             self.bytes -= len(old)
 
     def lookup(self, cf: str, key: bytes) -> tuple[bool, bytes | None]:
@@ -124,3 +128,4 @@ class TransactionCache:
         self.deletes.clear()
         self.entries = 0
         self.bytes = 0
+        self.removes = 0

@@ -287,3 +287,27 @@ def cluster_driver(master: str, inputs: str, checkpoint: str, local_dir: str) ->
 
 if __name__ == "__main__":
     cluster_driver(*sys.argv[1:5])
+
+
+class FailOnKeyProcessor(StatefulProcessor):
+    """Counts like CountProcessor but raises ValueError on the key "user-3"."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.count = handle.get_value_state("count")
+
+    def handle_input_rows(self, key: tuple[Any, ...], rows: Any) -> Any:
+        if key[0] == "user-3":
+            raise ValueError("bad value for user-3")
+        total = self.count.get(0) + sum(len(frame) for frame in rows)
+        self.count.update(total)
+        yield (key[0], total)
+
+
+class WrongOutputTypeProcessor(StatefulProcessor):
+    """Yields a string for the long output column "count"."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        pass
+
+    def handle_input_rows(self, key: tuple[Any, ...], rows: Any) -> Any:
+        yield (key[0], "not a number")
