@@ -21,7 +21,7 @@ import struct
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from decimal import ROUND_HALF_UP, Context, Decimal, InvalidOperation
 from typing import Any
 
 import numpy as np
@@ -122,6 +122,7 @@ def _float32(value: Any) -> float:
 def _decimal(precision: int, scale: int) -> Encoder:
     step = Decimal(1).scaleb(-scale)
     limit = Decimal(10) ** (precision - scale)
+    context = Context(prec=precision + 1, rounding=ROUND_HALF_UP)
 
     def encode(value: Any) -> str:
         if isinstance(value, Decimal):
@@ -131,12 +132,12 @@ def _decimal(precision: int, scale: int) -> Encoder:
         else:
             raise _Misfit("expected a decimal.Decimal or an int", value)
         try:
-            rounded = number.quantize(step, rounding=ROUND_HALF_UP)
+            rounded = number.quantize(step, context=context)
         except InvalidOperation as exc:
             raise _Misfit(f"does not fit decimal({precision},{scale})", value) from exc
         if not rounded.is_finite() or abs(rounded) >= limit:
             raise _Misfit(f"does not fit decimal({precision},{scale})", value)
-        return format(rounded, "f")
+        return format(rounded.copy_abs() if rounded.is_zero() else rounded, "f")
 
     return encode
 
@@ -284,13 +285,9 @@ class _Fields:
                           if c.decode is not None]
 
     def values_of(self, value: Any) -> list[Any]:
-        from pyspark.sql.types import Row
-
+        """A dict by field name; a tuple, Row or list by position (as PySpark takes them)."""
         if isinstance(value, Mapping):
             return [value.get(name) for name in self.names]
-        if isinstance(value, Row) and getattr(value, "__from_dict__", False):
-            by_name = value.asDict()
-            return [by_name.get(name) for name in self.names]
         if isinstance(value, tuple | list):
             if len(value) != len(self.names):
                 raise _Misfit(f"expected {len(self.names)} values ({', '.join(self.names)}) "
