@@ -488,3 +488,18 @@ class RegistersTimer(StatefulProcessor):
 
     def close(self) -> None:
         pass
+
+
+class EchoTimestamps(StatefulProcessor):
+    """transformWithStateInPandas: yields its input frames' (user, ts) unchanged."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        pass
+
+    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
+                        timerValues: TimerValues) -> Iterator[pd.DataFrame]:
+        for frame in rows:
+            yield frame[["user", "ts"]]
+
+    def close(self) -> None:
+        pass
