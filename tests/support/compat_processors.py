@@ -503,3 +503,20 @@ class EchoTimestamps(StatefulProcessor):
 
     def close(self) -> None:
         pass
+
+
+class TimerValuesProbe(StatefulProcessor):
+    """Emits the TimerValues its handleInputRows gets."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        pass
+
+    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
+                        timerValues: TimerValues) -> Iterator[pd.DataFrame]:
+        for _ in rows:
+            pass
+        yield pd.DataFrame({"processing_ms": [timerValues.getCurrentProcessingTimeInMs()],
+                            "watermark_ms": [timerValues.getCurrentWatermarkInMs()]})
+
+    def close(self) -> None:
+        pass
