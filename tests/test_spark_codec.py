@@ -68,7 +68,14 @@ def test_unsupported_value_names_the_state_variable() -> None:
 
 def test_unsupported_key_type_is_refused() -> None:
     with pytest.raises(StateEncodingError, match="grouping key"):
-        encode_key([datetime.date(2024, 1, 1)])
+        encode_key([datetime.time(12, 30)])
+
+
+def test_timestamp_and_date_keys_round_trip_whatever_the_zone() -> None:
+    aware = datetime.datetime(2026, 1, 1, 9, 0, tzinfo=datetime.UTC)
+    key = (aware, datetime.date(2026, 1, 2))
+    assert decode_key(encode_key(key)) == key
+    assert encode_key([aware.replace(tzinfo=None)]) == encode_key([aware])  # naive is UTC
 
 
 def test_list_elements_keep_their_own_expiry() -> None:

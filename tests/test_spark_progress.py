@@ -74,7 +74,7 @@ def test_commit_entries_record_the_batch_metrics(spark: Any, tmp_path: Path) -> 
 
 def test_batch_progress_counts_upload_retries_on_the_s3_api(spark: Any, s3: Any,
                                                              tmp_path: Path) -> None:
-    options = s3.options
+    options = s3.options.storage
     settings = {
         "changelog.s3.endpoint": options.s3_endpoint_url, "changelog.s3.region": options.s3_region,
         "changelog.s3.accessKeyId": options.s3_access_key_id,

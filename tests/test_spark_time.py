@@ -20,6 +20,7 @@ from tests.support.time_processors import (
     SESSION_SCHEMA,
     Alarm,
     BadTtl,
+    ClockEcho,
     CountFromInitial,
     InactivitySessions,
     KeyEcho,
@@ -185,3 +186,18 @@ def test_bad_ttl_fails_on_the_driver_naming_the_state(spark: Any, tmp_path: Path
     with pytest.raises(ConfigError, match="ttl of seen"):
         stateful(event_stream(spark, tmp_path)).group_by("user").process(
             BadTtl(), SESSION_SCHEMA, checkpoint=str(tmp_path / "c"))
+
+
+def test_a_batch_run_again_after_its_commit_keeps_its_processing_time(
+        spark: Any, tmp_path: Path) -> None:
+    batch = spark.createDataFrame(events(("a", 0)))
+    outputs: Batches = {}
+    stream = (stateful(batch).group_by("user")
+              .process(ClockEcho(), "user string, now long", checkpoint=str(tmp_path / "c"),
+                       time_mode="processing_time")
+              .foreach_batch(batch_sink(outputs)))
+    stream.run_batch(batch, 0)
+    first = outputs[0]
+    time.sleep(0.05)
+    stream.run_batch(batch, 0)  # the engine runs batch 0 again: it was committed here
+    assert outputs[0] == first

@@ -192,7 +192,7 @@ class StatefulOperator:
             source = self.spec.initial_state.combine(df, self.spec.key_columns)
         keyed = (source.withColumn(PARTITION_COLUMN, F.pmod(F.hash(*keys), F.lit(n)))
                  .repartition(n, *keys))
-        clock = BatchClock.for_batch(self.spec.time, base.entry, int(time.time() * 1000))
+        clock = BatchClock.for_batch(self.spec.time, base.entry, self._batch_time(base, batch_id))
         zone = spark.conf.get("spark.sql.session.timeZone")  # how Arrow carries timestamps
         plan = TaskPlan(
             checkpoint=self.checkpoint, operator=self.spec.name, num_partitions=n,
@@ -240,6 +240,16 @@ class StatefulOperator:
             result.release()
             raise
         return result
+
+    def _batch_time(self, base: Base, batch_id: int) -> int:
+        """The batch's processing time: the wall clock, except for a batch the engine runs
+        again after it was committed here, which keeps the time it ran with (as Spark keeps a
+        batch's timestamp in its offset log), so TTL and timers decide the same way."""
+        if base.rerun:
+            recorded = self.commit_log().read(batch_id).extra.get("time") or {}
+            if "now_ms" in recorded:
+                return int(recorded["now_ms"])
+        return int(time.time() * 1000)
 
     def validate(self, result: StageResult) -> None:
         """Every partition committed exactly once, on top of the previous commit."""

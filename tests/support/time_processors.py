@@ -139,3 +139,14 @@ class BadTtl(StatefulProcessor):
     def handle_input_rows(self, key: tuple[Any, ...], rows: Iterator[pd.DataFrame]
                           ) -> Iterator[Any]:
         return iter(())
+
+
+class ClockEcho(StatefulProcessor):
+    """Emits each key with the batch's processing time."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+
+    def handle_input_rows(self, key: tuple[Any, ...], rows: Iterator[pd.DataFrame]
+                          ) -> Iterator[Any]:
+        yield (key[0], self.handle.processing_time_ms)
