@@ -149,10 +149,7 @@ class CrashHarness:
                                    f"\n{run.stderr_tail()}")
             self.stats.kills_before_recovery += 1
         else:
-            if recovered["batch"] < self.stats.highest_committed:
-                raise CrashFailure(f"run {self.stats.runs} recovered batch "
-                                   f"{recovered['batch']}, but batch "
-                                   f"{self.stats.highest_committed} was committed before")
+            self._check_recovered(run)
             self.stats.recoveries_verified += 1
             self._recovery_seconds = max(0.05, float(recovered.get("seconds", 0.2)))
             loaded = recovered.get("loaded_by", [])
@@ -268,6 +265,7 @@ class CrashHarness:
         zombie = self.start(host=zombie_host)
         holding = zombie.wait_for(_event("holding"), CHILD_TIMEOUT)
         zombie.wait_for(_committed_n(self.rng.randint(1, 2)), CHILD_TIMEOUT)
+        self._check_recovered(zombie)
         time.sleep(self.rng.uniform(0.0, 0.1))
         if not zombie.pause():
             self.finish(zombie, killed=False)
@@ -295,6 +293,14 @@ class CrashHarness:
                                f"epoch {took['epoch']} took the root over")
         self.stats.zombies_fenced += 1
         self.finish(heir, killed=heir.kill())
+
+    def _check_recovered(self, run: ChildRun) -> None:
+        """The run recovered no batch older than the newest one reported committed."""
+        recovered = run.first("recovered")
+        if recovered is not None and recovered["batch"] < self.stats.highest_committed:
+            raise CrashFailure(f"run {self.stats.runs} recovered batch {recovered['batch']}, "
+                               f"but batch {self.stats.highest_committed} was committed before "
+                               f"(events in {run.stderr_path.with_suffix('.events')})")
 
     def _record_committed(self, run: ChildRun) -> None:
         committed = run.committed()
