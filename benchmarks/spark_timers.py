@@ -49,10 +49,10 @@ from benchmarks.spark_timer_jobs import (
 from benchmarks.timer_task import PHASES, breakdown
 
 NAME = "spark_timers"
-FULL: dict[str, Any] = {"keys": 1_000_000, "slots": 100, "fire_batches": 10, "partitions": 4,
-                        "in_process_batches": 100, "warmup": True}
-QUICK: dict[str, Any] = {"keys": 2_000, "slots": 100, "fire_batches": 3, "partitions": 2,
-                         "in_process_batches": 3, "warmup": False}
+FULL: dict[str, Any] = {"keys": 1_000_000, "slots": 100, "fire_batches": 10, "idle_batches": 5,
+                        "partitions": 4, "in_process_batches": 100, "warmup": True}
+QUICK: dict[str, Any] = {"keys": 2_000, "slots": 100, "fire_batches": 3, "idle_batches": 1,
+                         "partitions": 2, "in_process_batches": 3, "warmup": False}
 MODES = {"vectorized": "(a) dstl vectorized", "per_key": "(a') dstl per-key",
          "tws": "(c) transformWithStateInPandas"}
 BASELINE = "tws"
@@ -123,12 +123,17 @@ class Workload:
                                         pa.timestamp("us", tz="UTC")),
                          "armed": pa.array(armed, pa.bool_())})
 
+    @property
+    def batches(self) -> int:
+        """Batches the input makes: registration, firing batches, idle batches."""
+        return 1 + self.plan["fire_batches"] + self.plan.get("idle_batches", 0)
+
     def write(self, directory: Path) -> list[Path]:
-        """Files 0..fire_batches, names and modification times in batch order."""
+        """One file per batch, names and modification times in batch order."""
         directory.mkdir(parents=True)
         paths = []
         base = time.time() - 3600
-        for index in range(self.plan["fire_batches"] + 1):
+        for index in range(self.batches):
             path = directory / f"part-{index:05d}.parquet"
             pq.write_table(self.file_table(index), path)
             # the file source orders files by modification time and breaks ties arbitrarily
@@ -289,8 +294,7 @@ def check(workload: Workload, run: Run) -> tuple[list[str], dict[str, str]]:
     """Every batch's output against the model; (problems, digest per batch)."""
     problems: list[str] = []
     digests: dict[str, str] = {}
-    last = workload.plan["fire_batches"]
-    for batch_id in sorted(set(run.outputs) | set(range(last + 1))):
+    for batch_id in sorted(set(run.outputs) | set(range(workload.batches))):
         table = run.outputs.get(batch_id)
         if table is None:
             problems.append(f"batch {batch_id}: no output (the batch did not run)")
@@ -307,7 +311,7 @@ def check(workload: Workload, run: Run) -> tuple[list[str], dict[str, str]]:
 
 def warm_up(spark: Any, modes: list[str], work: Path, seed: int) -> None:
     """One tiny run of every contender first: JIT, Python workers and imports warm for all."""
-    plan = {"keys": 400, "slots": 100, "fire_batches": 2, "partitions": 4}
+    plan = {"keys": 400, "slots": 100, "fire_batches": 2, "idle_batches": 1, "partitions": 4}
     workload = Workload(plan, seed)
     for mode in modes:
         warm = Run(spark, mode, work / f"warm-{mode}", plan, workload.timeline)
@@ -344,9 +348,14 @@ def run_all(spark: Any, args: argparse.Namespace, plan: dict[str, Any], modes: l
 
 
 def summarize_run(result: dict[str, Any], plan: dict[str, Any]) -> dict[str, Any]:
-    """Batch 0 registers, batches 1..fire_batches fire; any later batch is reported."""
+    """Batch 0 registers, batches 1..fire_batches fire, the idle batches after them fire
+    nothing (their duration is the contender's fixed cost per batch); any later batch is
+    reported."""
     batches = result["batches"]
-    firing = [batches[str(b)] for b in range(1, plan["fire_batches"] + 1) if str(b) in batches]
+    last_firing = plan["fire_batches"]
+    last = last_firing + plan["idle_batches"]
+    firing = [batches[str(b)] for b in range(1, last_firing + 1) if str(b) in batches]
+    idle = [batches[str(b)] for b in range(last_firing + 1, last + 1) if str(b) in batches]
     fired = sum(int(b.get("output_rows", 0)) for b in firing)
     seconds = [float(b["seconds"]) for b in firing]
     register = batches.get("0", {})
@@ -355,7 +364,9 @@ def summarize_run(result: dict[str, Any], plan: dict[str, Any]) -> dict[str, Any
         "register_seconds": float(register.get("seconds", float("nan"))),
         "register_rows": int(register.get("input_rows", 0)),
         "firing_batches": len(firing),
-        "extra_batches": sorted(int(b) for b in batches if int(b) > plan["fire_batches"]),
+        "idle_batches": len(idle),
+        "idle_batch_seconds": [float(b["seconds"]) for b in idle],
+        "extra_batches": sorted(int(b) for b in batches if int(b) > last),
         "timers_fired": fired,
         "fire_seconds": sum(seconds),
         "fire_batch_seconds": seconds,
@@ -370,12 +381,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         (["--keys"], {"type": int, "default": None}),
         (["--fire-batches"], {"type": int, "default": None,
                               "help": "batches after the first (each fires one slot)"}),
+        (["--idle-batches"], {"type": int, "default": None,
+                              "help": "batches after those that fire nothing (fixed cost)"}),
     ])
     plan = dict(QUICK if args.quick else FULL)
     if args.keys:
         plan["keys"] = args.keys
     if args.fire_batches:
         plan["fire_batches"] = args.fire_batches
+    if args.idle_batches is not None:
+        plan["idle_batches"] = args.idle_batches
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     unknown = [m for m in modes if m not in MODES]
     if unknown:
@@ -435,12 +450,16 @@ def tabulate(report: Report, results: dict[str, dict[str, Any]], plan: dict[str,
     rows = []
     for mode, r in results.items():
         batches = summarize(r["fire_batch_seconds"])
+        per_batch = r["timers_fired"] / max(1, r["firing_batches"])
         per_timer_us = ratio(r["fire_seconds"], r["timers_fired"]) * 1e6
+        idle = summarize(r["idle_batch_seconds"]).get("p50", float("nan"))
         rows.append([MODES[mode], r["register_seconds"],
                      ratio(r["register_rows"], r["register_seconds"]),
-                     r["firing_batches"], r["timers_fired"] / max(1, r["firing_batches"]),
-                     batches.get("p50", float("nan")), batches.get("p90", float("nan")),
-                     per_timer_us, r["timers_per_second"],
+                     r["firing_batches"], per_batch,
+                     batches.get("p50", float("nan")), batches.get("p90", float("nan")), idle,
+                     per_timer_us,
+                     ratio(batches.get("p50", float("nan")) - idle, per_batch) * 1e6,
+                     r["timers_per_second"],
                      ratio(r["timers_per_second"], base["timers_per_second"])
                      if base else float("nan"),
                      f"{r['load_average'][0]:.1f} / {r['load_average'][1]:.1f}"])
@@ -448,8 +467,9 @@ def tabulate(report: Report, results: dict[str, dict[str, Any]], plan: dict[str,
                  f"each, 1/{plan['slots']} of them due per batch, {plan['partitions']} state "
                  f"partitions",
                  ["variant", "register s", "register rows/s", "firing batches",
-                  "timers/batch", "batch p50 s", "batch p90 s", "us per timer",
-                  "timers/s", "timers/s vs (c)", "load avg start / end"], rows)
+                  "timers/batch", "batch p50 s", "batch p90 s", "idle batch p50 s",
+                  "us per timer", "us per timer above idle", "timers/s", "timers/s vs (c)",
+                  "load avg start / end"], rows)
     if base is None:
         return
     for mode in ("vectorized", "per_key"):
@@ -461,29 +481,36 @@ def tabulate(report: Report, results: dict[str, dict[str, Any]], plan: dict[str,
                     f"{value:.1f}x (c)", value, value >= 10.0 and agree)
 
 
-
 def tabulate_batch_parts(report: Report, results: dict[str, dict[str, Any]]) -> None:
-    """Where a firing batch's time goes, as far as the engine and this library report it."""
+    """Where a batch's time goes, as far as the engine and this library report it, for the
+    firing batches and for the idle ones (no timer due)."""
     rows = []
     for mode, r in results.items():
-        firing = [b for key, b in r["batches"].items() if 0 < int(key) <= r["firing_batches"]]
+        last_firing = r["firing_batches"]
+        kinds = {"firing": range(1, last_firing + 1),
+                 "idle": range(last_firing + 1, last_firing + r["idle_batches"] + 1)}
+        for kind, chosen in kinds.items():
+            picked = [b for key, b in r["batches"].items() if int(key) in chosen]
+            operators = [b.get("spark_operator") or {} for b in picked]
+            rows.append([MODES[mode], kind, _p50(picked, "seconds"),
+                         _p50(picked, "add_batch_seconds"), _p50(picked, "stage_seconds"),
+                         _p50(picked, "sink_seconds"), _p50(picked, "commit_log_seconds"),
+                         _p50(picked, "max_task_commit_seconds"),
+                         _p50(operators, "allUpdatesTimeMs", 1 / 1000),
+                         _p50(operators, "commitTimeMs", 1 / 1000)])
+    report.table("Parts of a batch (median seconds over the firing batches, and over the idle "
+                 "ones where no timer is due): the engine's triggerExecution and addBatch; "
+                 "this library's stateful stage, sink and commit-log write inside addBatch and "
+                 "its slowest task commit; Spark's state operator time (summed over its tasks) "
+                 "and commit time",
+                 ["variant", "batches", "batch", "addBatch", "dstl stage", "dstl sink",
+                  "dstl commit log", "dstl task commit max", "TWS operator updates",
+                  "TWS commit"], rows)
 
-        def p50(field: str, scale: float = 1.0, source: list[dict[str, Any]] = firing) -> float:
-            values = [float(b[field]) * scale for b in source if b.get(field) is not None]
-            return float(np.median(values)) if values else float("nan")
 
-        operators = [b.get("spark_operator") or {} for b in firing]
-        rows.append([MODES[mode], p50("seconds"), p50("add_batch_seconds"),
-                     p50("stage_seconds"), p50("sink_seconds"), p50("commit_log_seconds"),
-                     p50("max_task_commit_seconds"),
-                     p50("allUpdatesTimeMs", 1 / 1000, operators),
-                     p50("commitTimeMs", 1 / 1000, operators)])
-    report.table("Parts of a firing batch (median over the firing batches, seconds): the "
-                 "engine's triggerExecution and addBatch; this library's stateful stage, sink "
-                 "and commit-log write inside addBatch and its slowest task commit; Spark's "
-                 "state operator time (summed over its tasks) and commit time",
-                 ["variant", "batch", "addBatch", "dstl stage", "dstl sink", "dstl commit log",
-                  "dstl task commit max", "TWS operator updates", "TWS commit"], rows)
+def _p50(batches: list[dict[str, Any]], field: str, scale: float = 1.0) -> float:
+    values = [float(b[field]) * scale for b in batches if b.get(field) is not None]
+    return float(np.median(values)) if values else float("nan")
 
 
 def tabulate_task(report: Report, inside: dict[str, list[dict[str, float]]],

@@ -165,6 +165,7 @@ def test_spark_timers_fire_the_same_timers_in_every_contender(runs: Runs) -> Non
         assert variant["register_rows"] == 401  # one row per key and the clock row
         assert variant["firing_batches"] == 2
         assert variant["timers_fired"] == 2 * 4  # 1% of 400 keys per batch
+        assert variant["idle_batches"] == 1
         assert variant["extra_batches"] == []
     assert len({json.dumps(d, sort_keys=True) for d in result["digests"].values()}) == 1
     assert [goal["benchmark"] for goal in result["goals"]] == [
