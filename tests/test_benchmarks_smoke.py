@@ -29,6 +29,7 @@ TINY = {
     "recovery": ["--keys", "400", "--rounds", "1"],
     "space": ["--keys", "400", "--batches", "12"],
     "spark_e2e": ["--modes", "a2,b", "--files", "1"],
+    "spark_timers": ["--modes", "vectorized,tws", "--keys", "400", "--fire-batches", "2"],
 }
 SCRIPT_TIMEOUT = 240
 
@@ -153,6 +154,24 @@ def test_spark_end_to_end_variants_agree_batch_by_batch(runs: Runs) -> None:
     for variant in result["samples"].values():
         assert variant["rows"] == 1000
         assert variant["recovery_seconds"] > 0
+
+
+@pytest.mark.spark
+def test_spark_timers_fire_the_same_timers_in_every_contender(runs: Runs) -> None:
+    result, out = runs.result("spark_timers")
+    assert any(note.startswith("every contender emitted exactly the model's rows")
+               for note in result["notes"])
+    for variant in result["samples"].values():
+        assert variant["register_rows"] == 401  # one row per key and the clock row
+        assert variant["firing_batches"] == 2
+        assert variant["timers_fired"] == 2 * 4  # 1% of 400 keys per batch
+        assert variant["idle_batches"] == 1
+        assert variant["extra_batches"] == []
+    assert len({json.dumps(d, sort_keys=True) for d in result["digests"].values()}) == 1
+    assert [goal["benchmark"] for goal in result["goals"]] == [
+        "7. PySpark timers (a) dstl vectorized"]
+    assert set(result["in_process"]) == {"vectorized"}
+    assert (out / "spark_timers.png").stat().st_size > 0
 
 
 def test_latency_model_is_reproducible_and_has_the_configured_tail() -> None:

@@ -51,11 +51,14 @@ class StatefulProcessorHandle:
     """Gives a processor its state variables, its timers and facts about the running task."""
 
     def __init__(self, store: StoreAccess, context: KeyContext, batch_id: int,
-                 partition_id: int, *, declaring_only: bool = False) -> None:
+                 partition_id: int, timers: TimerIndex | None = None, *,
+                 declaring_only: bool = False) -> None:
+        """`timers`: the runner's index of `store`, shared so that it sees the timers the
+        processor deletes while timers fire."""
         self._store = store
         self._context = context
         self._variables: dict[str, _StateVariable] = {}
-        self._timers = TimerIndex(store)
+        self._timers = timers if timers is not None else TimerIndex(store)
         self.batch_id = batch_id
         self.partition_id = partition_id
         self.declaring_only = declaring_only  # the driver's check of init(): no state access

@@ -66,7 +66,8 @@ def run_processor(processor: AnyProcessor, store: StoreAccess, table: pa.Table,
     batch = KeyedBatch(table, key_columns)
     context = KeyContext(times.now_ms, watermark_ms=times.watermark_ms,
                          time_mode=times.time_mode)
-    handle = StatefulProcessorHandle(store, context, batch_id, partition_id)
+    timers = TimerIndex(store)
+    handle = StatefulProcessorHandle(store, context, batch_id, partition_id, timers)
     collector = OutputCollector(output_schema, getattr(processor, "display_name",
                                                        type(processor).__name__))
     processor.init(handle)
@@ -89,7 +90,7 @@ def run_processor(processor: AnyProcessor, store: StoreAccess, table: pa.Table,
             raise
         context.current = None
         context.batch_keys = []
-    fired, next_timer = _fire_timers(processor, store, context, times, collector)
+    fired, next_timer = _fire_timers(processor, timers, context, times, collector)
     return RunResult(collector.finish(), len(batch), fired, next_timer)
 
 
@@ -106,13 +107,12 @@ def _apply_initial_state(processor: AnyProcessor, context: KeyContext,
     context.current = None
 
 
-def _fire_timers(processor: AnyProcessor, store: StoreAccess, context: KeyContext,
+def _fire_timers(processor: AnyProcessor, index: TimerIndex, context: KeyContext,
                  times: BatchTimes, collector: OutputCollector) -> tuple[int, int | None]:
     """(timers fired, earliest timer left) after calling the processor for every due timer."""
     threshold = times.timer_threshold_ms
     if threshold is None:
         return 0, None
-    index = TimerIndex(store)
     due = index.due(threshold)
     if due:
         if isinstance(processor, VectorizedStatefulProcessor):
@@ -125,15 +125,16 @@ def _fire_timers(processor: AnyProcessor, store: StoreAccess, context: KeyContex
 def _fire_per_key(processor: StatefulProcessor, index: TimerIndex, context: KeyContext,
                   due: list[DueTimer], collector: OutputCollector) -> None:
     decoded: dict[bytes, tuple[Any, ...]] = {}
+    deleted = index.watch_deletes()
     for timer in due:
-        if not index.exists(timer.key, timer.expiry_ms):  # deleted by an earlier handler
+        if deleted and timer.key + timer.expiry in deleted:  # deleted by an earlier handler
             continue
         key = decoded.get(timer.key)
         if key is None:
             key = decoded[timer.key] = decode_key(timer.key)
         context.current = timer.key
         _collect(collector, processor.handle_expired_timer(key, timer.expiry_ms))
-        index.delete(timer.key, timer.expiry_ms)
+        index.delete_fired(timer)
     context.current = None
 
 
@@ -142,8 +143,7 @@ def _fire_vectorized(processor: VectorizedStatefulProcessor, index: TimerIndex,
     keys = Keys([decode_key(timer.key) for timer in due], [timer.key for timer in due])
     expiries = np.fromiter((timer.expiry_ms for timer in due), dtype=np.int64, count=len(due))
     _collect(collector, processor.handle_expired_timers(ExpiredTimers(keys, expiries)))
-    for timer in due:
-        index.delete(timer.key, timer.expiry_ms)
+    index.delete_all_fired(due)
 
 
 def _collect(collector: OutputCollector, items: Iterable[Any] | None) -> None:

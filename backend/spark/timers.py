@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from pyspark_dstl.backend.spark.errors import TimerError
 from pyspark_dstl.backend.spark.state import StoreAccess
@@ -47,29 +47,60 @@ def expiry_of(data: bytes) -> int:
     return int(raw) - _OFFSET
 
 
-@dataclass(frozen=True)
-class DueTimer:
-    """One timer to fire: the encoded grouping key and the expiry it was registered for."""
+class DueTimer(NamedTuple):
+    """One timer to fire: the encoded grouping key, the expiry it was registered for, and that
+    expiry as stored (so deleting a fired timer encodes nothing again)."""
 
     key: bytes
     expiry_ms: int
+    expiry: bytes
 
 
 class TimerIndex:
-    """Register, delete, list and find due timers of one state store."""
+    """Register, delete, list and find due timers of one state store.
+
+    While timers fire, the index remembers which timers were deleted after the due ones were
+    read (`watch_deletes`), so the runner can skip a timer an earlier handler deleted without
+    reading the store once per timer; the processor's handle must therefore use the same
+    index as the runner."""
 
     def __init__(self, store: StoreAccess) -> None:
         self._store = store
+        self._deleted: set[bytes] | None = None  # key + expiry of timers deleted while watched
 
     def register(self, key: bytes, expiry_ms: int) -> None:
         expiry = expiry_bytes(expiry_ms)
         self._store.put(key + expiry, b"", BY_KEY_CF)
         self._store.put(expiry + key, b"", BY_EXPIRY_CF)
+        if self._deleted is not None:
+            self._deleted.discard(key + expiry)
 
     def delete(self, key: bytes, expiry_ms: int) -> None:
         expiry = expiry_bytes(expiry_ms)
         self._store.remove(key + expiry, BY_KEY_CF)
         self._store.remove(expiry + key, BY_EXPIRY_CF)
+        if self._deleted is not None:
+            self._deleted.add(key + expiry)
+
+    def watch_deletes(self) -> set[bytes]:
+        """From now on, record every deleted timer as key + stored expiry (the set returned);
+        a later registration of the same timer takes it out again."""
+        self._deleted = set()
+        return self._deleted
+
+    def delete_fired(self, timer: DueTimer) -> None:
+        """Delete one timer `due` returned: its bytes are known, nothing is encoded."""
+        self._store.remove(timer.key + timer.expiry, BY_KEY_CF)
+        self._store.remove(timer.expiry + timer.key, BY_EXPIRY_CF)
+        if self._deleted is not None:
+            self._deleted.add(timer.key + timer.expiry)
+
+    def delete_all_fired(self, timers: list[DueTimer]) -> None:
+        """Delete every timer `due` returned, with one bulk remove per column family."""
+        self._store.remove_many([t.key + t.expiry for t in timers], BY_KEY_CF)
+        self._store.remove_many([t.expiry + t.key for t in timers], BY_EXPIRY_CF)
+        if self._deleted is not None:
+            self._deleted.update(t.key + t.expiry for t in timers)
 
     def exists(self, key: bytes, expiry_ms: int) -> bool:
         return self._store.get(key + expiry_bytes(expiry_ms), BY_KEY_CF) is not None
@@ -87,12 +118,13 @@ class TimerIndex:
         return list(self._iter_due(threshold_ms))
 
     def _iter_due(self, threshold_ms: int) -> Iterator[DueTimer]:
-        width = _EXPIRY.size
+        width, unpack = _EXPIRY.size, _EXPIRY.unpack
         for entry, _ in self._store.prefix_scan(b"", BY_EXPIRY_CF):
-            expiry = expiry_of(entry[:width])
-            if expiry > threshold_ms:
+            expiry = entry[:width]
+            expiry_ms = unpack(expiry)[0] - _OFFSET
+            if expiry_ms > threshold_ms:
                 return
-            yield DueTimer(entry[width:], expiry)
+            yield DueTimer(entry[width:], expiry_ms, expiry)
 
     def earliest(self) -> int | None:
         """The earliest registered expiry, or None: what the driver needs to plan a tick."""
