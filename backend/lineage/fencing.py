@@ -9,7 +9,7 @@ the one name that follows what it has seen (commit_log.py).
 
 A run starting on a root another run holds:
 - the holder let go (`.end`): the root is free;
-- the holder ran on this host and its process is gone (local/process.py), or it belongs to
+- the holder ran on this host and its process is gone (lineage/process.py), or it belongs to
   this process and is idle: it is known dead, or let go at once;
 - otherwise the starter watches the holder's renewals for one lease duration by its own
   clock: a renewal means the holder lives and the start is refused (CheckpointHeldError
@@ -53,7 +53,7 @@ from pyspark_dstl.backend.lineage.epochs import (
     epoch_path,
     renewal_path,
 )
-from pyspark_dstl.backend.local.process import ProcessIdentity, is_this_process, known_dead
+from pyspark_dstl.backend.lineage.process import ProcessIdentity, is_this_process, known_dead
 from pyspark_dstl.backend.options import FencingOptions
 from pyspark_dstl.changelog.errors import ChangelogError, ObjectExistsError, UploadFailedError
 from pyspark_dstl.core.errors import LoopClosedError
