@@ -7,8 +7,9 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -24,8 +25,11 @@ from pyspark_dstl.backend.ops.cleanup import (
     cleanup_checkpoint,
     default_incomplete_grace,
 )
+from pyspark_dstl.backend.ops.verify import verify_checkpoint
 from pyspark_dstl.changelog.config import ChangelogOptions
+from pyspark_dstl.changelog.errors import PermanentStorageError
 from pyspark_dstl.changelog.storage.base import ObjectInfo
+from pyspark_dstl.changelog.storage_service import ChangelogStorage
 from pyspark_dstl.materializer.listing import aread_manifest
 from pyspark_dstl.materializer.names import parse_uploaded_version
 from pyspark_dstl.materializer.options import MaterializerOptions
@@ -222,3 +226,45 @@ def test_cleanup_refuses_a_negative_or_undefined_grace(committed: BackendEnv,
                                                        grace: float) -> None:
     with pytest.raises(BackendError, match="incomplete_grace"):
         cleanup_checkpoint(committed.storage, 2, dry_run=True, incomplete_grace=grace)
+
+
+class DiesHalfwayThroughDeletes:
+    """The root's storage, but the first delete request removes only its first path and then
+    the process "dies" (an error): what a cleanup killed in the middle leaves behind."""
+
+    def __init__(self, storage: ChangelogStorage) -> None:
+        self._storage = storage
+        self.died = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._storage, name)
+
+    async def adelete_many(self, paths: Sequence[str]) -> None:
+        if self.died:
+            await self._storage.adelete_many(paths)
+            return
+        self.died = True
+        await self._storage.adelete_many(list(paths)[:1])
+        raise PermanentStorageError("killed halfway through the deletes")
+
+
+def test_a_cleanup_killed_halfway_leaves_no_manifest_naming_a_deleted_file(
+        tmp_path: Path) -> None:
+    env = file_env(tmp_path)
+    try:
+        provider = env.provider(env.backend())
+        info = None
+        for batch in range(6):
+            store = provider.get_store(info.version if info else 0, info)
+            store.put(b"k%d" % batch, b"v" * 200)
+            info = store.commit(materialize=batch % 2 == 0)
+            env.commit_log().write(batch, entry_of(batch, info))
+        dying = DiesHalfwayThroughDeletes(env.storage)
+        with pytest.raises(PermanentStorageError, match="halfway"):
+            cleanup_checkpoint(dying, 1, dry_run=False, lease=env.lease())  # type: ignore[arg-type]
+        assert verify_checkpoint(env.storage) == []
+        cleanup_checkpoint(env.storage, 1, dry_run=False)
+        assert verify_checkpoint(env.storage) == []
+        assert len(env.paths(f"{store_dir(STORE)}/", epochs=False)) < 20
+    finally:
+        env.close()

@@ -11,7 +11,9 @@ entries, plus any in-flight infos the caller knows of):
   is not referenced and its version is below the floor. Files at or above the floor may belong
   to attempts or snapshot uploads still running, so they stay until the floor passes them;
   that is also how an orphan of a crashed attempt eventually goes.
-Data files go before the manifests that name them, so an interrupted run can be repeated.
+Manifests go before the data files they name, so a manifest never names a deleted file (what
+`verify` and an adopting commit check), even when a cleanup is killed halfway; a repeated run
+finds the data files by their version and deletes them then.
 
 Uploads killed halfway leave temp files that no listing shows (LocalStore's '.tmp-*'), so no
 reference rule can reach them: each cleaned store directory and the commit log directory are
@@ -221,8 +223,9 @@ class Cleaner:
 
     def _delete(self, report: CleanupReport, lease: WriteGuard) -> None:
         for store in report.stores:
-            # data files first, then manifests, then changelogs: a rerun finds what is left
-            order = {"data": 0, "snapshot": 1, "changelog": 2}
+            # manifests first, then their data files, then changelogs: a manifest never names
+            # a deleted file, and a rerun finds what is left by its version
+            order = {"snapshot": 0, "data": 1, "changelog": 2}
             paths = sorted((info.path for info in store.delete),
                            key=lambda p: order[_kind(p)])
             if paths:
