@@ -53,6 +53,8 @@ class ObservedCountProcessor(CountProcessor):
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         super().init(handle)
+        if handle.declaring_only:  # the driver's check of init(): no batch runs there
+            return
         daemon, worker = process_groups()
         where = (handle.batch_id, handle.partition_id)
         (Path(self.markers) / f"seen-{where[0]}-{where[1]}-{daemon}-{worker}").touch()
