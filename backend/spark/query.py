@@ -200,6 +200,10 @@ class StatefulStream:
             writer = writer.trigger(**dict(trigger))
         if query_name:
             writer = writer.queryName(query_name)
+        if is_connect(source.sparkSession):
+            # Spark Connect runs foreachBatch in a Python process of the server: that process
+            # takes the root at its first batch (a lease is a process's own), not this client
+            return StatefulQuery(writer.start())
         lease = fencing.start_query(self.operator)  # refused while another run holds the root
         try:
             with lease.use():
@@ -209,6 +213,11 @@ class StatefulStream:
             fencing.abandon_query(self.operator)
             raise
         return StatefulQuery(query)
+
+
+def is_connect(spark: Any) -> bool:
+    """Whether `spark` is a Spark Connect client session."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
 def to_url(location: str) -> str:
