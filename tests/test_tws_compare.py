@@ -1,0 +1,194 @@
+"""PySpark's transformWithStateInPandas and this backend, side by side on real PySpark.
+
+Every scenario runs one processor written against pyspark.sql.streaming.StatefulProcessor,
+unchanged, through PySpark's own operator (RocksDB state store) and through this backend's
+compatibility entry point in the same SparkSession, and the sinks must receive the same rows in
+the same batches (tests/support/tws_compare.py says how batches are lined up and what is
+normalised). PySpark's run of a scenario is made once per session and shared.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support import tws_processors as tp
+from tests.support.tws_compare import (
+    ReferenceRuns,
+    Run,
+    Workspace,
+    assert_same_batches,
+    dstl_state,
+    dstl_timers,
+    pyspark_state,
+    pyspark_timers,
+    run_phases,
+    run_steps,
+)
+from tests.support.tws_scenarios import (
+    DEDUP,
+    EVENT_TIMERS,
+    INITIAL_STATE,
+    LIST_STATE,
+    MAP_STATE,
+    PROCESSING_TIMERS,
+    RUNNING_COUNT,
+    SESSION_WINDOWS,
+    TIMER_AT_WATERMARK,
+    TIMER_BOOKKEEPING,
+    TOP_K,
+    TTL,
+    Scenario,
+)
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture(scope="session")
+def reference(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> ReferenceRuns:
+    return ReferenceRuns(spark, tmp_path_factory.mktemp("pyspark-reference"))
+
+
+def compare(spark: Any, reference: ReferenceRuns, scenario: Scenario, tmp_path: Path) -> Run:
+    expected = reference.get(scenario)
+    actual = run_phases(spark, scenario, "dstl", Workspace(tmp_path))
+    assert_same_batches(expected, actual)
+    return actual
+
+
+# --- state kinds, no time ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scenario", [RUNNING_COUNT, LIST_STATE, MAP_STATE, INITIAL_STATE],
+                         ids=lambda s: s.name)
+def test_state_kinds_give_the_same_batches_as_pyspark(spark: Any, reference: ReferenceRuns,
+                                                      scenario: Scenario,
+                                                      tmp_path: Path) -> None:
+    compare(spark, reference, scenario, tmp_path)
+
+
+def test_row_based_top_k_gives_the_same_batches_as_pyspark_transform_with_state(
+        spark: Any, reference: ReferenceRuns, tmp_path: Path) -> None:
+    compare(spark, reference, TOP_K, tmp_path)
+
+
+# --- processing time: step by step, every step a restart -----------------------------------
+
+
+@pytest.mark.parametrize("scenario", [TTL, PROCESSING_TIMERS], ids=lambda s: s.name)
+def test_processing_time_steps_give_the_same_batches_as_pyspark(spark: Any, scenario: Scenario,
+                                                                tmp_path: Path) -> None:
+    """Each step restarts both queries on their checkpoints, so processing-time timers and
+    TTLs registered before a restart expire after it, as if the query had kept running."""
+    runs = run_steps(spark, scenario, Workspace(tmp_path))
+    expected, actual = runs["pyspark"], runs["dstl"]
+    assert expected.runs == [[i] for i in range(len(scenario.batches))]
+    assert_same_batches(expected, actual)
+
+
+# --- event time ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scenario", [EVENT_TIMERS, SESSION_WINDOWS, DEDUP],
+                         ids=lambda s: s.name)
+def test_event_time_gives_the_same_batches_as_pyspark(spark: Any, reference: ReferenceRuns,
+                                                      scenario: Scenario,
+                                                      tmp_path: Path) -> None:
+    """Watermark, late rows dropped, timers of keys without rows, and the batch without data
+    after the last file (the watermark moved): all as PySpark does them."""
+    actual = compare(spark, reference, scenario, tmp_path)
+    assert len(actual.batches) == len(scenario.batches) + 1  # the no-data batch
+
+
+def test_timer_registered_and_deleted_in_the_same_batch_never_fires(
+        spark: Any, reference: ReferenceRuns, tmp_path: Path) -> None:
+    actual = compare(spark, reference, TIMER_BOOKKEEPING, tmp_path)
+    inputs = [row for rows in actual.batches.values() for row in rows if row[1] == "input"]
+    fired = {row[2] for rows in actual.batches.values() for row in rows if row[1] == "fired"}
+    deleted = {base + offset for (_, _, base, _) in inputs for offset in (1_000, 3_000)}
+    assert fired and not fired & deleted
+
+
+def test_timer_registered_at_the_watermark_fires_in_the_same_batch(
+        spark: Any, reference: ReferenceRuns, tmp_path: Path) -> None:
+    compare(spark, reference, TIMER_AT_WATERMARK, tmp_path)
+
+
+# --- restarts and failures -----------------------------------------------------------------
+
+
+def test_restart_with_timers_pending_fires_them_as_if_never_stopped(
+        spark: Any, reference: ReferenceRuns, tmp_path: Path) -> None:
+    """Stop after batch 2 with event-time timers pending, add the last file, restart on the
+    same checkpoint: the same batches as PySpark's uninterrupted run (the split falls where
+    the watermark did not move, so no batch is due in between)."""
+    expected = reference.get(EVENT_TIMERS)
+    actual = run_phases(spark, EVENT_TIMERS, "dstl", Workspace(tmp_path),
+                        phases=[[0, 1, 2], [3]])
+    assert actual.runs == [[0, 1, 2], [3, 4]]
+    assert_same_batches(expected, actual)
+    pending = dstl_timers(spark, tmp_path / "ckpt-dstl", batch_id=2)
+    assert pending and pending == pyspark_timers(spark, expected.checkpoint, batch_id=2)
+
+
+@pytest.mark.parametrize("processor", [tp.FailingTimeoutProcessor, tp.FailAfterTimersProcessor],
+                         ids=["fails-in-a-timer", "fails-after-commit"])
+def test_task_retried_while_timers_fire_gives_exact_output_and_state(
+        spark: Any, reference: ReferenceRuns, processor: type, tmp_path: Path) -> None:
+    markers = tmp_path / "failures"
+    markers.mkdir()
+    expected = reference.get(EVENT_TIMERS)
+    actual = run_phases(spark, EVENT_TIMERS, "dstl", Workspace(tmp_path),
+                        processor=processor(str(markers)))
+    assert_same_batches(expected, actual)
+    timer_batches = {batch for batch, rows in expected.batches.items()
+                     if any(row[4] == "fired" for row in rows)}
+    assert {int(p.name.split("-")[1]) for p in markers.iterdir()} == timer_batches
+    for variable in ("count", "newest"):
+        assert dstl_state(spark, tmp_path / "ckpt-dstl", variable) == \
+            pyspark_state(spark, expected.checkpoint, variable)
+    assert dstl_timers(spark, tmp_path / "ckpt-dstl") == \
+        pyspark_timers(spark, expected.checkpoint)
+
+
+# --- executor loss (standalone cluster, slow) ----------------------------------------------
+
+
+@pytest.mark.slow
+def test_executor_lost_while_timers_are_due_gives_the_same_batches(
+        spark: Any, reference: ReferenceRuns, tmp_path: Path) -> None:
+    from tests.support.spark import REPO_ROOT, StandaloneCluster, prepare_environment
+
+    expected = reference.get(EVENT_TIMERS)
+    try:
+        cluster = StandaloneCluster(tmp_path / "cluster").start()
+    except RuntimeError as exc:
+        pytest.skip(f"a standalone cluster cannot start here: {exc}")
+    try:
+        prepare_environment()
+        driver = subprocess.Popen(
+            [sys.executable, "-m", "tests.support.tws_compare", cluster.url,
+             EVENT_TIMERS.name, str(tmp_path / "work"), str(tmp_path / "local")],
+            cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert driver.stdout is not None
+        lines: list[str] = []
+        killed = False
+        deadline = time.monotonic() + 300
+        for line in driver.stdout:
+            lines.append(line)
+            if line.startswith("batch 0 ") and not killed:
+                cluster.kill_worker(0)  # batch 1 fires timers
+                killed = True
+            assert time.monotonic() < deadline, "".join(lines[-30:])
+        assert driver.wait(timeout=60) == 0, "".join(lines[-40:])
+    finally:
+        cluster.stop()
+    batches = {int(line.split()[1]): [tuple(row) for row in json.loads(line.split(" ", 2)[2])]
+               for line in lines if line.startswith("batch ")}
+    assert killed and batches == expected.batches
