@@ -7,7 +7,7 @@ as the processor, so a state access is a local RocksDB read, not a round trip to
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -25,6 +25,7 @@ from pyspark_dstl.backend.spark.state import (
     StoreAccess,
     ValueState,
     _StateVariable,
+    purge_state,
 )
 from pyspark_dstl.backend.spark.timers import TimerIndex
 from pyspark_dstl.core.units import parse_duration
@@ -50,13 +51,14 @@ class StatefulProcessorHandle:
     """Gives a processor its state variables, its timers and facts about the running task."""
 
     def __init__(self, store: StoreAccess, context: KeyContext, batch_id: int,
-                 partition_id: int) -> None:
+                 partition_id: int, *, declaring_only: bool = False) -> None:
         self._store = store
         self._context = context
         self._variables: dict[str, _StateVariable] = {}
         self._timers = TimerIndex(store)
         self.batch_id = batch_id
         self.partition_id = partition_id
+        self.declaring_only = declaring_only  # the driver's check of init(): no state access
 
     @property
     def processing_time_ms(self) -> int:
@@ -141,12 +143,23 @@ class StatefulProcessorHandle:
                              f"order")
 
     def _declare(self, kind: str, name: str, ttl: float | str | None) -> Any:
-        if not isinstance(name, str) or not name or "\x00" in name:
-            raise StateVariableError(f"state variable name must be a non-empty string without "
-                                     f"NUL, got {name!r}")
+        _check_name(name)
         ttl_ms = None if ttl is None else round(parse_duration(ttl, f"ttl of {name}") * 1000)
         if ttl_ms is not None and ttl_ms <= 0:
             raise StateVariableError(f"state {name}: ttl must be positive, got {ttl!r}")
+        return self.declare_state(kind, name, ttl_ms)
+
+    def declare_state(self, kind: str, name: str, ttl_ms: int | None) -> Any:
+        """The state variable `name` of `kind` ("value", "list" or "map") with a TTL in
+        milliseconds (None: no expiry); what get_*_state use, and adapters that speak in
+        milliseconds."""
+        _check_name(name)
+        if kind not in STATE_KINDS:
+            raise StateVariableError(f"state {name}: unknown kind {kind!r}")
+        if ttl_ms is not None and (isinstance(ttl_ms, bool) or not isinstance(ttl_ms, int)
+                                   or ttl_ms <= 0):
+            raise StateVariableError(f"state {name}: ttl must be a positive number of "
+                                     f"milliseconds, got {ttl_ms!r}")
         existing = self._variables.get(name)
         if existing is not None:
             if existing.kind != kind or existing.ttl_ms != ttl_ms:
@@ -170,6 +183,22 @@ class StatefulProcessorHandle:
         variable: MapState = self._declare("map", name, ttl)
         return variable
 
+    def delete_state(self, name: str) -> None:
+        """Remove every entry of the state variable `name` (of any kind, all keys of this
+        partition) and forget its declaration; a no-op in the driver's check of init()."""
+        _check_name(name)
+        existing = self._variables.pop(name, None)
+        if existing is not None:
+            existing.forget_cached()
+        if not self.declaring_only:
+            purge_state(self._store, name)
+
+
+def _check_name(name: Any) -> None:
+    if not isinstance(name, str) or not name or "\x00" in name:
+        raise StateVariableError(f"state variable name must be a non-empty string without "
+                                 f"NUL, got {name!r}")
+
 
 class StatefulProcessor(ABC):
     """Called once per grouping key with that key's rows of the micro-batch.
@@ -185,6 +214,12 @@ class StatefulProcessor(ABC):
     def handle_input_rows(self, key: tuple[Any, ...],
                           rows: Iterator[pd.DataFrame]) -> Iterator[Output]:
         """Yield output for `key`: frames, Arrow batches or single rows as tuples."""
+
+    def rows_by_key(self, batch: KeyedBatch, initial: bool = False) -> Callable[[int], Any]:
+        """What handle_input_rows (or, with `initial`, handle_initial_state) gets for key
+        number i of `batch`: by default a slice of one pandas frame. Override to hand rows
+        over in another form, built once per batch (the PySpark adapter builds Rows)."""
+        return batch.rows_of
 
     def handle_expired_timer(self, key: tuple[Any, ...], expiry_ms: int) -> Iterator[Output]:
         """A timer of `key` is due: called after every key's input rows, also for keys with

@@ -72,7 +72,7 @@ class GroupedStateful:
                                      f"StatefulProcessor nor a VectorizedStatefulProcessor")
         spark = self._df.sparkSession
         time = time_spec(self._df, time_mode, event_time, watermark_delay)
-        check_declarations(processor)
+        check_declarations(processor, time.mode)
         initial = (None if initial_state is None
                    else InitialState.of(initial_state, self._keys, self._df.schema))
         overrides = dict(conf or {})
@@ -97,6 +97,43 @@ class GroupedStateful:
                             name=settings.query.operator_name, time=time,
                             initial_state=initial)
         return StatefulStream(self._df, StatefulOperator(spec, settings))
+
+    def transformWithStateInPandas(
+            self, statefulProcessor: Any, outputStructType: Any,
+            outputMode: str, timeMode: str, initialState: Any = None,
+            eventTimeColumnName: str = "", *, checkpoint: str | None = None,
+            partitions: int | None = None, name: str | None = None,
+            conf: Mapping[str, Any] | None = None) -> StatefulStream:
+        """PySpark's `df.groupBy(...).transformWithStateInPandas(...)` on this backend: a
+        subclass of pyspark.sql.streaming.StatefulProcessor runs unchanged, with pandas
+        DataFrames in and out. The keywords after PySpark's arguments are process(...)'s."""
+        return self._transform("pandas", statefulProcessor, outputStructType, outputMode,
+                               timeMode, initialState, eventTimeColumnName, checkpoint,
+                               partitions, name, conf)
+
+    def transformWithState(
+            self, statefulProcessor: Any, outputStructType: Any,
+            outputMode: str, timeMode: str, initialState: Any = None,
+            eventTimeColumnName: str = "", *, checkpoint: str | None = None,
+            partitions: int | None = None, name: str | None = None,
+            conf: Mapping[str, Any] | None = None) -> StatefulStream:
+        """PySpark's `df.groupBy(...).transformWithState(...)` on this backend: the Row-based
+        variant, with pyspark.sql.Row in and out."""
+        return self._transform("rows", statefulProcessor, outputStructType, outputMode,
+                               timeMode, initialState, eventTimeColumnName, checkpoint,
+                               partitions, name, conf)
+
+    def _transform(self, rows_as: str, processor: Any, output_schema: Any, output_mode: str,
+                   time_mode: str, initial_state: Any, event_time_column: str,
+                   checkpoint: str | None, partitions: int | None, name: str | None,
+                   conf: Mapping[str, Any] | None) -> StatefulStream:
+        from pyspark_dstl.backend.spark.compat import plan_transform
+
+        plan = plan_transform(self._df, self._keys, processor, output_schema, output_mode,
+                              time_mode, initial_state, event_time_column, rows_as)
+        return self.process(plan.processor, plan.output_schema, checkpoint=checkpoint,
+                            partitions=partitions, name=name, conf=conf,
+                            time_mode=plan.time_mode, initial_state=plan.initial_state)
 
 
 class StatefulStream:

@@ -66,7 +66,8 @@ def run_processor(processor: AnyProcessor, store: StoreAccess, table: pa.Table,
     context = KeyContext(times.now_ms, watermark_ms=times.watermark_ms,
                          time_mode=times.time_mode)
     handle = StatefulProcessorHandle(store, context, batch_id, partition_id)
-    collector = OutputCollector(output_schema, type(processor).__name__)
+    collector = OutputCollector(output_schema, getattr(processor, "display_name",
+                                                       type(processor).__name__))
     processor.init(handle)
     if initial_state is not None:
         _apply_initial_state(processor, context, KeyedBatch(initial_state, key_columns))
@@ -76,9 +77,10 @@ def run_processor(processor: AnyProcessor, store: StoreAccess, table: pa.Table,
         encoded = batch.keys.encoded
         context.batch_keys = encoded
         handle_rows = processor.handle_input_rows
+        rows_of = processor.rows_by_key(batch)
         for index, key in enumerate(batch.keys):
             context.current = encoded[index]
-            _collect(collector, handle_rows(key, iter((batch.rows_of(index),))))
+            _collect(collector, handle_rows(key, iter((rows_of(index),))))
         context.current = None
         context.batch_keys = []
     fired, next_timer = _fire_timers(processor, store, context, times, collector)
@@ -91,9 +93,10 @@ def _apply_initial_state(processor: AnyProcessor, context: KeyContext,
         processor.handle_initial_state(initial)
         return
     encoded = initial.keys.encoded
+    rows_of = processor.rows_by_key(initial, initial=True)
     for index, key in enumerate(initial.keys):
         context.current = encoded[index]
-        processor.handle_initial_state(key, initial.rows_of(index))
+        processor.handle_initial_state(key, rows_of(index))
     context.current = None
 
 

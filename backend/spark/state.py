@@ -82,6 +82,9 @@ class _StateVariable:
     def _expiry(self) -> int | None:
         return None if self.ttl_ms is None else self._context.now_ms + self.ttl_ms
 
+    def forget_cached(self) -> None:
+        """Drop values read ahead (the variable's entries were removed behind its back)."""
+
 
 class ValueState(_StateVariable):
     """One value per grouping key. Reads of a batch's keys are fetched in one multi-get."""
@@ -102,6 +105,9 @@ class ValueState(_StateVariable):
             if raw is not _MISSING:
                 return raw  # type: ignore[return-value]
         return self._store.get(key, self.cf)
+
+    def forget_cached(self) -> None:
+        self._prefetched = None
 
     def _remember(self, key: bytes, raw: bytes | None) -> None:
         if self._prefetched is not None:
@@ -299,3 +305,15 @@ class MapState(_StateVariable):
 STATE_KINDS: dict[str, type[_StateVariable]] = {
     cls.kind: cls for cls in (ValueState, ListState, MapState)
 }
+
+
+def purge_state(store: StoreAccess, name: str) -> int:
+    """Remove every entry of the state variable `name`, whatever its kind; the count removed."""
+    removed = 0
+    for kind in STATE_KINDS:
+        cf = f"{kind}/{name}"
+        keys = [key for key, _ in store.prefix_scan(b"", cf)]
+        if keys:
+            store.remove_many(keys, cf)
+            removed += len(keys)
+    return removed

@@ -99,12 +99,17 @@ class _DriverStore:
         return self._refuse()
 
 
-def check_declarations(processor: AnyProcessor) -> None:
+def declaring_handle(time_mode: str = "none") -> StatefulProcessorHandle:
+    """A handle that records declarations and refuses state access, as init() sees it on
+    the driver."""
+    return StatefulProcessorHandle(_DriverStore(), KeyContext(0, time_mode=time_mode),
+                                   batch_id=-1, partition_id=-1, declaring_only=True)
+
+
+def check_declarations(processor: AnyProcessor, time_mode: str = "none") -> None:
     """Run `init` (then `close`) on a copy of the processor with a declaring-only handle."""
     from pyspark import cloudpickle
 
     copy = cloudpickle.loads(cloudpickle.dumps(processor))
-    handle = StatefulProcessorHandle(_DriverStore(), KeyContext(0), batch_id=-1,
-                                     partition_id=-1)
-    copy.init(handle)
+    copy.init(declaring_handle(time_mode))
     copy.close()

@@ -1,0 +1,243 @@
+"""PySpark's state API over this backend's state variables: camelCase methods, values as the
+tuples their schema describes, TTL in milliseconds, timers of the current key.
+
+Schemas given as DDL strings need Spark's parser, which lives in the JVM: the driver parses
+them when it checks the processor's init() and ships the parsed schemas with the processor, so
+executors never need a JVM round trip (PySpark asks its JVM over a socket instead).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+from pyspark.sql.streaming.stateful_processor import (
+    ListState as PySparkListState,
+)
+from pyspark.sql.streaming.stateful_processor import (
+    MapState as PySparkMapState,
+)
+from pyspark.sql.streaming.stateful_processor import (
+    StatefulProcessorHandle as PySparkHandle,
+)
+from pyspark.sql.streaming.stateful_processor import (
+    ValueState as PySparkValueState,
+)
+
+from pyspark_dstl.backend.spark.errors import StateVariableError, TimerError
+from pyspark_dstl.backend.spark.processor import StatefulProcessorHandle
+from pyspark_dstl.backend.spark.schema_codec import RowCodec
+from pyspark_dstl.backend.spark.state import ListState, MapState, ValueState
+
+TIME_MODE_WORDS = {"none": "None", "processing_time": "ProcessingTime",
+                   "event_time": "EventTime"}  # PySpark's spelling of each mode
+
+
+class SchemaBook:
+    """State schemas by DDL string. On the driver `parse` fills it; on executors it only
+    answers from what the driver parsed (`parsed`: DDL -> StructType JSON)."""
+
+    def __init__(self, parsed: Mapping[str, str] | None = None,
+                 parse: Callable[[str], Any] | None = None) -> None:
+        self.parsed: dict[str, str] = dict(parsed or {})
+        self._parse = parse
+        self._structs: dict[str, Any] = {}
+
+    def struct(self, schema: Any, what: str) -> Any:
+        from pyspark.sql.types import DataType, StructType
+
+        if isinstance(schema, StructType):
+            return schema
+        if isinstance(schema, DataType):
+            raise StateVariableError(f"state {what}: the schema must be a StructType (fields), "
+                                     f"got {schema.simpleString()}")
+        if not isinstance(schema, str):
+            raise StateVariableError(f"state {what}: the schema must be a StructType or a DDL "
+                                     f"string such as 'count long', got {schema!r:.80}")
+        found = self._structs.get(schema)
+        if found is not None:
+            return found
+        if schema in self.parsed:
+            found = StructType.fromJson(json.loads(self.parsed[schema]))
+        elif self._parse is None:
+            raise StateVariableError(f"state {what}: schema {schema!r} was not declared when "
+                                     f"init() ran on the driver; init() must declare the same "
+                                     f"state schemas every time it runs")
+        else:
+            try:
+                found = self._parse(schema)
+            except Exception as exc:  # Spark's ParseException and friends
+                raise StateVariableError(f"state {what}: cannot parse the schema {schema!r}: "
+                                         f"{exc}") from exc
+            if not isinstance(found, StructType):
+                raise StateVariableError(f"state {what}: the schema must be fields such as "
+                                         f"'count long', got the type {schema!r}")
+            self.parsed[schema] = found.json()
+        self._structs[schema] = found
+        return found
+
+
+def ttl_ms_of(name: str, ttl: Any, time_mode: str) -> int | None:
+    """ttlDurationMs checked as PySpark's JVM checks it, but here, on the driver."""
+    import numpy as np
+
+    if ttl is None:
+        return None
+    if isinstance(ttl, bool) or not isinstance(ttl, int | np.integer):
+        raise StateVariableError(f"state {name}: ttlDurationMs must be a whole number of "
+                                 f"milliseconds, got {ttl!r} ({type(ttl).__name__})")
+    if ttl <= 0:
+        raise StateVariableError(f"state {name}: ttlDurationMs must be positive, got {ttl}")
+    if time_mode != "processing_time":
+        raise StateVariableError(f"state {name}: ttlDurationMs needs timeMode="
+                                 f"\"ProcessingTime\" (as in PySpark); this query has timeMode="
+                                 f"\"{TIME_MODE_WORDS.get(time_mode, time_mode)}\"")
+    return int(ttl)
+
+
+class CompatValueState(PySparkValueState):
+    """One tuple per grouping key."""
+
+    def __init__(self, native: ValueState, codec: RowCodec) -> None:
+        self._native = native
+        self._codec = codec
+
+    def exists(self) -> bool:
+        return self._native.exists()
+
+    def get(self) -> tuple[Any, ...] | None:
+        stored = self._native.get(None)
+        return None if stored is None else self._codec.decode(stored)
+
+    def update(self, newValue: Any) -> None:
+        self._native.update(self._codec.encode(newValue))
+
+    def clear(self) -> None:
+        self._native.clear()
+
+
+class CompatListState(PySparkListState):
+    """A list of tuples per grouping key."""
+
+    def __init__(self, native: ListState, codec: RowCodec) -> None:
+        self._native = native
+        self._codec = codec
+
+    def exists(self) -> bool:
+        return self._native.exists()
+
+    def get(self) -> Iterator[tuple[Any, ...]]:
+        decode = self._codec.decode
+        return (decode(stored) for stored in self._native.get())
+
+    def put(self, newState: Iterable[Any]) -> None:
+        encode = self._codec.encode
+        self._native.put([encode(value) for value in newState])
+
+    def appendValue(self, newState: Any) -> None:
+        self._native.append_value(self._codec.encode(newState))
+
+    def appendList(self, newState: Iterable[Any]) -> None:
+        encode = self._codec.encode
+        self._native.append_list([encode(value) for value in newState])
+
+    def clear(self) -> None:
+        self._native.clear()
+
+
+class CompatMapState(PySparkMapState):
+    """A map from key tuples to value tuples per grouping key."""
+
+    def __init__(self, native: MapState, keys: RowCodec, values: RowCodec) -> None:
+        self._native = native
+        self._keys = keys
+        self._values = values
+
+    def exists(self) -> bool:
+        return self._native.exists()
+
+    def getValue(self, key: Any) -> tuple[Any, ...] | None:
+        stored = self._native.get_value(self._keys.encode(key))
+        return None if stored is None else self._values.decode(stored)
+
+    def containsKey(self, key: Any) -> bool:
+        return self._native.contains_key(self._keys.encode(key))
+
+    def updateValue(self, key: Any, value: Any) -> None:
+        self._native.update_value(self._keys.encode(key), self._values.encode(value))
+
+    def iterator(self) -> Iterator[tuple[tuple[Any, ...], tuple[Any, ...]]]:
+        keys, values = self._keys.decode, self._values.decode
+        return ((keys(k), values(v)) for k, v in self._native.iterator())
+
+    def keys(self) -> Iterator[tuple[Any, ...]]:
+        decode = self._keys.decode
+        return (decode(k) for k in self._native.keys())  # noqa: SIM118 - not a dict
+
+    def values(self) -> Iterator[tuple[Any, ...]]:
+        decode = self._values.decode
+        return (decode(v) for v in self._native.values())
+
+    def removeKey(self, key: Any) -> None:
+        self._native.remove_key(self._keys.encode(key))
+
+    def clear(self) -> None:
+        self._native.clear()
+
+
+class CompatHandle(PySparkHandle):
+    """What a PySpark processor's init() receives: PySpark's handle methods, served by this
+    backend's handle. `entry` names the call that started the query, for error messages."""
+
+    def __init__(self, native: StatefulProcessorHandle, schemas: SchemaBook,
+                 entry: str) -> None:
+        self._native = native
+        self._schemas = schemas
+        self._entry = entry
+
+    def _codec(self, name: str, schema: Any, role: str = "") -> RowCodec:
+        what = f"{name} ({role})" if role else name
+        return RowCodec(self._schemas.struct(schema, what), what)
+
+    def getValueState(self, stateName: str, schema: Any,
+                      ttlDurationMs: int | None = None) -> CompatValueState:
+        codec = self._codec(stateName, schema)
+        ttl = ttl_ms_of(stateName, ttlDurationMs, self._native.time_mode)
+        return CompatValueState(self._native.declare_state("value", stateName, ttl), codec)
+
+    def getListState(self, stateName: str, schema: Any,
+                     ttlDurationMs: int | None = None) -> CompatListState:
+        codec = self._codec(stateName, schema)
+        ttl = ttl_ms_of(stateName, ttlDurationMs, self._native.time_mode)
+        return CompatListState(self._native.declare_state("list", stateName, ttl), codec)
+
+    def getMapState(self, stateName: str, userKeySchema: Any,
+                    valueSchema: Any,
+                    ttlDurationMs: int | None = None) -> CompatMapState:
+        keys = self._codec(stateName, userKeySchema, "map key")
+        values = self._codec(stateName, valueSchema, "map value")
+        ttl = ttl_ms_of(stateName, ttlDurationMs, self._native.time_mode)
+        return CompatMapState(self._native.declare_state("map", stateName, ttl), keys, values)
+
+    def _require_timers(self, call: str) -> None:
+        mode = self._native.time_mode
+        if mode == "none":
+            raise TimerError(f"{call}: timers need timeMode=\"ProcessingTime\" or "
+                             f"\"EventTime\" in {self._entry}(...); this query runs with "
+                             f"timeMode=\"None\"")
+
+    def registerTimer(self, expiryTimestampMs: int) -> None:
+        self._require_timers("registerTimer")
+        self._native.register_timer(expiryTimestampMs)
+
+    def deleteTimer(self, expiryTimestampMs: int) -> None:
+        self._require_timers("deleteTimer")
+        self._native.delete_timer(expiryTimestampMs)
+
+    def listTimers(self) -> Iterator[int]:
+        self._require_timers("listTimers")
+        return iter(self._native.list_timers())
+
+    def deleteIfExists(self, stateName: str) -> None:
+        self._native.delete_state(stateName)
