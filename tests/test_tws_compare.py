@@ -24,10 +24,8 @@ from tests.support.tws_compare import (
     Run,
     Workspace,
     assert_same_batches,
-    dstl_state,
-    dstl_timers,
-    pyspark_state,
-    pyspark_timers,
+    dstl_view,
+    pyspark_view,
     run_phases,
     run_steps,
 )
@@ -133,8 +131,9 @@ def test_restart_with_timers_pending_fires_them_as_if_never_stopped(
                         phases=[[0, 1, 2], [3]])
     assert actual.runs == [[0, 1, 2], [3, 4]]
     assert_same_batches(expected, actual)
-    pending = dstl_timers(spark, tmp_path / "ckpt-dstl", batch_id=2)
-    assert pending and pending == pyspark_timers(spark, expected.checkpoint, batch_id=2)
+    at_stop = dstl_view(spark, tmp_path / "ckpt-dstl", batch_id=2)
+    assert at_stop.timers  # timers were pending when the query stopped
+    assert at_stop == pyspark_view(spark, expected.checkpoint, ("count", "newest"), batch_id=2)
 
 
 @pytest.mark.parametrize("processor", [tp.FailingTimeoutProcessor, tp.FailAfterTimersProcessor],
@@ -150,11 +149,8 @@ def test_task_retried_while_timers_fire_gives_exact_output_and_state(
     timer_batches = {batch for batch, rows in expected.batches.items()
                      if any(row[4] == "fired" for row in rows)}
     assert {int(p.name.split("-")[1]) for p in markers.iterdir()} == timer_batches
-    for variable in ("count", "newest"):
-        assert dstl_state(spark, tmp_path / "ckpt-dstl", variable) == \
-            pyspark_state(spark, expected.checkpoint, variable)
-    assert dstl_timers(spark, tmp_path / "ckpt-dstl") == \
-        pyspark_timers(spark, expected.checkpoint)
+    assert dstl_view(spark, tmp_path / "ckpt-dstl") == \
+        pyspark_view(spark, expected.checkpoint, ("count", "newest"))
 
 
 # --- executor loss (standalone cluster, slow) ----------------------------------------------
@@ -163,6 +159,9 @@ def test_task_retried_while_timers_fire_gives_exact_output_and_state(
 @pytest.mark.slow
 def test_executor_lost_while_timers_are_due_gives_the_same_batches(
         spark: Any, reference: ReferenceRuns, tmp_path: Path) -> None:
+    """A standalone cluster with two one-core workers; after batch 0 the driver pauses, the
+    test kills worker 0 (its executor and Python workers with it), and batch 1, which fires
+    a timer, runs on the one executor left."""
     from tests.support.spark import REPO_ROOT, StandaloneCluster, prepare_environment
 
     expected = reference.get(EVENT_TIMERS)
@@ -170,25 +169,28 @@ def test_executor_lost_while_timers_are_due_gives_the_same_batches(
         cluster = StandaloneCluster(tmp_path / "cluster").start()
     except RuntimeError as exc:
         pytest.skip(f"a standalone cluster cannot start here: {exc}")
+    go_file = tmp_path / "go"
+    lines: list[str] = []
     try:
         prepare_environment()
         driver = subprocess.Popen(
             [sys.executable, "-m", "tests.support.tws_compare", cluster.url,
-             EVENT_TIMERS.name, str(tmp_path / "work"), str(tmp_path / "local")],
+             EVENT_TIMERS.name, str(tmp_path / "work"), str(tmp_path / "local"), str(go_file)],
             cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert driver.stdout is not None
-        lines: list[str] = []
-        killed = False
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + 300  # generous: six JVMs start on two cores here
         for line in driver.stdout:
             lines.append(line)
-            if line.startswith("batch 0 ") and not killed:
-                cluster.kill_worker(0)  # batch 1 fires timers
-                killed = True
+            if line.startswith("batch 0 "):
+                cluster.kill_worker(0)
+                go_file.touch()
             assert time.monotonic() < deadline, "".join(lines[-30:])
         assert driver.wait(timeout=60) == 0, "".join(lines[-40:])
     finally:
         cluster.stop()
+    events = [line.split()[0] + " " + line.split()[1] for line in lines
+              if line.startswith(("batch ", "executors "))]
+    assert events[:3] == ["batch 0", "executors 1", "batch 1"], "".join(lines[-40:])
     batches = {int(line.split()[1]): [tuple(row) for row in json.loads(line.split(" ", 2)[2])]
                for line in lines if line.startswith("batch ")}
-    assert killed and batches == expected.batches
+    assert batches == expected.batches

@@ -305,58 +305,60 @@ class ReferenceRuns:
 # --- state, read back from each engine's checkpoint ----------------------------------------
 
 
-def _pyspark_reader(spark: Any, batch_id: int | None) -> Any:
-    reader = spark.read.format("statestore")
-    return reader if batch_id is None else reader.option("batchId", batch_id)
+@dataclass(frozen=True)
+class StateView:
+    """A checkpoint's value state variables as {name: {(key..., value fields...)}} and its
+    timers as {(key..., expiry ms)}, in the same shape for both engines."""
+
+    values: dict[str, set[tuple[Any, ...]]]
+    timers: set[tuple[Any, ...]]
 
 
-def pyspark_state(spark: Any, checkpoint: Path, variable: str,
-                  batch_id: int | None = None) -> set[tuple[Any, ...]]:
-    """(grouping key..., value fields...) of one value state variable of a PySpark
-    checkpoint, through Spark's state data source."""
-    frame = (_pyspark_reader(spark, batch_id).option("stateVarName", variable)
-             .load(str(checkpoint)).collect())
-    return {(*tuple(row["key"]), *tuple(row["value"])) for row in frame}
+def pyspark_view(spark: Any, checkpoint: Path, variables: tuple[str, ...],
+                 batch_id: int | None = None) -> StateView:
+    """Through Spark's state data source ("statestore"), one read per variable."""
+
+    def read(**options: str) -> list[Any]:
+        reader = spark.read.format("statestore")
+        if batch_id is not None:
+            reader = reader.option("batchId", batch_id)
+        for name, value in options.items():
+            reader = reader.option(name, value)
+        return list(reader.load(str(checkpoint)).collect())
+
+    values = {name: {(*tuple(row["key"]), *tuple(row["value"]))
+                     for row in read(stateVarName=name)} for name in variables}
+    timers = {(*tuple(row["key"]), int(row["expiration_timestamp_ms"]))
+              for row in read(readRegisteredTimers="true")}
+    return StateView(values, timers)
 
 
-def pyspark_timers(spark: Any, checkpoint: Path,
-                   batch_id: int | None = None) -> set[tuple[Any, ...]]:
-    """(grouping key..., expiry ms) of every timer of a PySpark checkpoint."""
-    frame = (_pyspark_reader(spark, batch_id).option("readRegisteredTimers", "true")
-             .load(str(checkpoint)).collect())
-    return {(*tuple(row["key"]), int(row["expiration_timestamp_ms"])) for row in frame}
-
-
-def _dstl_rows(spark: Any, checkpoint: Path, batch_id: int | None) -> list[Any]:
+def dstl_view(spark: Any, checkpoint: Path, batch_id: int | None = None) -> StateView:
+    """Through this backend's dstl-state reader, in one read (value state and timers)."""
     from pyspark_dstl.backend.spark import read_state
 
-    return list(read_state(spark, str(checkpoint), batch_id).collect())
-
-
-def dstl_state(spark: Any, checkpoint: Path, variable: str,
-               batch_id: int | None = None) -> set[tuple[Any, ...]]:
-    """The same for this backend's checkpoint, through its dstl-state reader."""
-    result = set()
-    for row in _dstl_rows(spark, checkpoint, batch_id):
-        if row["state_variable"] == variable:
+    values: dict[str, set[tuple[Any, ...]]] = {}
+    timers: set[tuple[Any, ...]] = set()
+    for row in read_state(spark, str(checkpoint), batch_id).collect():
+        key = json.loads(row["key"])
+        if row["kind"] == "timer":
+            timers.add((*key, int(json.loads(row["value"]))))
+        elif row["kind"] == "value":
             value = json.loads(row["value"])
-            result.add((*json.loads(row["key"]),
-                        *(value if isinstance(value, list) else [value])))
-    return result
-
-
-def dstl_timers(spark: Any, checkpoint: Path,
-                batch_id: int | None = None) -> set[tuple[Any, ...]]:
-    return {(*json.loads(row["key"]), int(json.loads(row["value"])))
-            for row in _dstl_rows(spark, checkpoint, batch_id) if row["kind"] == "timer"}
+            fields = value if isinstance(value, list) else [value]
+            values.setdefault(row["state_variable"], set()).add((*key, *fields))
+    return StateView(values, timers)
 
 
 # --- a driver on a standalone cluster (the executor-loss test runs it as a subprocess) -------
 
 
-def cluster_driver(master: str, scenario_name: str, work_dir: str, local_dir: str) -> None:
+def cluster_driver(master: str, scenario_name: str, work_dir: str, local_dir: str,
+                   go_file: str) -> None:
     """Run a scenario on this backend against `master`, printing each batch as
-    "batch <id> <rows as JSON>" when its sink sees it."""
+    "batch <id> <rows as JSON>" when its sink sees it. After batch 0 it waits for `go_file`
+    (the test kills a worker first), then until only one executor is left, and prints
+    "executors <n>": batch 1, where timers are due, runs after the loss."""
     from tests.support.spark import REPO_ROOT, prepare_environment, session_settings
     from tests.support.tws_scenarios import SCENARIOS
 
@@ -374,13 +376,29 @@ def cluster_driver(master: str, scenario_name: str, work_dir: str, local_dir: st
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
 
+    def executors() -> int:  # the driver is listed too
+        return len(spark.sparkContext.statusTracker().getExecutorInfos()) - 1
+
     def show(batch_id: int, rows: Rows) -> None:
         print(f"batch {batch_id} {json.dumps(rows)}", flush=True)
+        if batch_id == 0:
+            _wait_for(lambda: os.path.exists(go_file), f"{go_file} to appear")
+            _wait_for(lambda: executors() <= 1, "the lost executor to be noticed")
+            print(f"executors {executors()}", flush=True)
 
+    _wait_for(lambda: executors() >= 2, "both executors to register")
     run_phases(spark, SCENARIOS[scenario_name], "dstl", Workspace(Path(work_dir)),
                observer=show)
     spark.stop()
 
 
+def _wait_for(condition: Callable[[], bool], what: str, timeout: float = 180.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"waited {timeout} s for {what}")
+        time.sleep(0.2)
+
+
 if __name__ == "__main__":
-    cluster_driver(*sys.argv[1:5])
+    cluster_driver(*sys.argv[1:6])
