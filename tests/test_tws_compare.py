@@ -33,6 +33,7 @@ from tests.support.tws_scenarios import (
     DEDUP,
     EVENT_TIMERS,
     INITIAL_STATE,
+    LATE_ROWS,
     LIST_STATE,
     MAP_STATE,
     PROCESSING_TIMERS,
@@ -102,6 +103,13 @@ def test_event_time_gives_the_same_batches_as_pyspark(spark: Any, reference: Ref
     after the last file (the watermark moved): all as PySpark does them."""
     actual = compare(spark, reference, scenario, tmp_path)
     assert len(actual.batches) == len(scenario.batches) + 1  # the no-data batch
+
+
+def test_late_rows_are_dropped_and_null_event_times_kept_as_pyspark_does(
+        spark: Any, reference: ReferenceRuns, tmp_path: Path) -> None:
+    actual = compare(spark, reference, LATE_ROWS, tmp_path)
+    seen = {row[0] for rows in actual.batches.values() for row in rows}
+    assert {"d", "f", "g"}.isdisjoint(seen) and {"e", "h"} <= seen
 
 
 def test_timer_registered_and_deleted_in_the_same_batch_never_fires(

@@ -157,6 +157,22 @@ TIMER_BOOKKEEPING = Scenario(
      _events(("d", 50))),  # no-data batch next, watermark 45
     time_mode="EventTime", watermark=("ts", "5 seconds"))
 
+def _stamped(*triples: tuple[str, int, float | None]) -> pd.DataFrame:
+    return pd.DataFrame({"user": [t[0] for t in triples],
+                         "v": pd.array([t[1] for t in triples], dtype="int64"),
+                         "ts": [None if t[2] is None else at(t[2]) for t in triples]})
+
+
+# Rows are late at or before the previous batch's watermark; a null event time is never late.
+LATE_ROWS = Scenario(
+    "late_and_null_event_times", tp.RunningCountProcessor, "user string, v long, ts timestamp",
+    (_stamped(("a", 1, 10), ("b", 2, None)),  # watermark 0; next 5
+     _stamped(("a", 3, None), ("b", 4, 20)),  # late below 0: nothing; next 15
+     # late at or before 5: d (exactly 5) and f; e (1 ms after) stays; a's null stays
+     _stamped(("d", 5, 5), ("e", 6, 5.001), ("a", 7, None), ("f", 8, 4)),
+     _stamped(("g", 9, 15), ("h", 10, 15.5), ("b", 11, None))),  # late at or before 15: g
+    time_mode="EventTime", watermark=("ts", "5 seconds"))
+
 TIMER_AT_WATERMARK = Scenario(
     "timer_at_the_watermark", tp.LateTimerProcessor, "user string, ts timestamp",
     (_events(("a", 10)),
@@ -166,4 +182,5 @@ TIMER_AT_WATERMARK = Scenario(
 
 SCENARIOS = {s.name: s for s in (RUNNING_COUNT, LIST_STATE, MAP_STATE, INITIAL_STATE, TOP_K,
                                   TTL, PROCESSING_TIMERS, EVENT_TIMERS, SESSION_WINDOWS, DEDUP,
-                                  TIMER_BOOKKEEPING, TIMER_AT_WATERMARK)}
+                                  TIMER_BOOKKEEPING, TIMER_AT_WATERMARK,
+                                  LATE_ROWS)}
