@@ -163,3 +163,11 @@ def test_a_value_that_does_not_fit_its_schema_fails_naming_the_state_and_field(
 def test_driver_side_errors_derive_from_the_package_root(events: Events) -> None:
     with pytest.raises(DstlError):
         events.transform(DeclaresState("n long", 0), time_mode="ProcessingTime")
+
+
+def test_a_pyspark_processor_given_to_process_points_to_transform_with_state(
+        events: Events) -> None:
+    with pytest.raises(StateVariableError, match=r"^RunningCountPandas is neither.*"
+                                                 r"\.transformWithStateInPandas\(\.\.\.\)"):
+        stateful(events.df).group_by("user").process(RunningCountPandas(), OUTPUT,
+                                                      checkpoint=events.checkpoint)

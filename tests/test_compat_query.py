@@ -16,6 +16,7 @@ from tests.support.compat_processors import (
     CountFromInitialPandas,
     CountFromInitialRows,
     DropsOldState,
+    EchoTimestamps,
     FrameProbe,
     KeyProbe,
     ListEditor,
@@ -205,6 +206,20 @@ def test_timestamp_and_date_keys_reach_row_processors_as_pyspark_passes_them(
     expected = repr((dt.datetime(2024, 1, 1, 2, tzinfo=_zone("America/Los_Angeles")),
                      dt.date(2024, 1, 1)))
     assert rows == [{"kind": "input", "key": expected}, {"kind": "timer", "key": expected}]
+
+
+def test_naive_output_timestamps_are_read_in_the_session_time_zone(los_angeles: Any,
+                                                                   tmp_path: Path) -> None:
+    write_inputs(tmp_path / "in", keyed_frames())
+    instants: list[int] = []
+    stream = (stateful(input_stream(los_angeles, tmp_path / "in", KEYED)).group_by("user")
+              .transformWithStateInPandas(EchoTimestamps(), "user string, ts timestamp",
+                                          "Update", "None", checkpoint=str(tmp_path / "ckpt"))
+              .foreach_batch(lambda df, _: instants.extend(
+                  r[0] for r in df.selectExpr("unix_millis(ts)").collect())))
+    query = stream.start(trigger={"availableNow": True})
+    query.awaitTermination()
+    assert instants == [int(pd.Timestamp("2024-01-01 10:00", tz="UTC").value // 1_000_000)]
 
 
 def test_initial_state_frames_start_the_count_before_the_first_batch(spark: Any,

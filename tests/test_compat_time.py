@@ -13,7 +13,11 @@ import pandas as pd
 import pytest
 
 from pyspark_dstl.backend.spark import StatefulStream, read_state, stateful
-from tests.support.compat_processors import ExpiringValues, ProcessingTimeReminder
+from tests.support.compat_processors import (
+    ExpiringValues,
+    ProcessingTimeReminder,
+    TimerValuesProbe,
+)
 from tests.support.compat_runs import input_stream, run_to_end, write_inputs
 
 pytestmark = pytest.mark.spark
@@ -87,3 +91,25 @@ def test_a_value_with_a_1000_ms_ttl_is_gone_a_second_later(spark: Any,
     write_inputs(tmp_path / "in", [users("a")], start=1)
     outputs = run_to_end(expiring(spark, tmp_path), {})
     assert outputs == {1: [{"user": "a", "short": False, "long": True}]}
+
+
+def probe_timer_values(spark: Any, tmp_path: Path, mode: str) -> tuple[StatefulStream,
+                                                                     dict[str, Any]]:
+    write_inputs(tmp_path / "in", [users("a")])
+    stream = (stateful(input_stream(spark, tmp_path / "in", USERS)).group_by("user")
+              .transformWithStateInPandas(TimerValuesProbe(), "processing_ms long, "
+                                          "watermark_ms long", "Update", mode,
+                                          checkpoint=str(tmp_path / "ckpt")))
+    [row] = run_to_end(stream, {})[0]
+    return stream, row
+
+
+def test_timer_values_are_minus_one_without_a_time_mode(spark: Any, tmp_path: Path) -> None:
+    _, row = probe_timer_values(spark, tmp_path, "None")
+    assert row == {"processing_ms": -1, "watermark_ms": -1}
+
+
+def test_timer_values_carry_the_batch_processing_time_and_watermark_zero(
+        spark: Any, tmp_path: Path) -> None:
+    stream, row = probe_timer_values(spark, tmp_path, "ProcessingTime")
+    assert row == {"processing_ms": batch_now_ms(stream, 0), "watermark_ms": 0}

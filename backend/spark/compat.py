@@ -52,8 +52,6 @@ class CompatPlan:
     output_schema: Any  # StructType
     time_mode: str
     initial_state: tuple[Any, tuple[str, ...]] | None
-    output_mode: str
-    event_time_column: str | None
 
 
 def plan_transform(df: Any, key_columns: Sequence[str], processor: Any, output_schema: Any,
@@ -62,10 +60,10 @@ def plan_transform(df: Any, key_columns: Sequence[str], processor: Any, output_s
     """Check PySpark's arguments against the input and wrap the processor."""
     entry = ENTRIES[rows_as]
     _check_processor(processor)
-    mode_word = _output_mode(output_mode)
+    _check_output_mode(output_mode)
     mode = _time_mode(time_mode)
     struct = _output_struct(output_schema)
-    event_column = _event_time_column(event_time_column, struct)
+    _check_event_time_column(event_time_column, struct)
     _check_watermark(df, mode)
     zone = str(df.sparkSession.conf.get("spark.sql.session.timeZone"))
     tzinfo_of(zone)
@@ -87,7 +85,7 @@ def plan_transform(df: Any, key_columns: Sequence[str], processor: Any, output_s
                      initial_names=initial_names, initial_keys=initial_keys)
     schemas = declared_schemas(processor, mode, entry)
     adapter = PySparkProcessorAdapter(processor, shape, schemas, entry)
-    return CompatPlan(adapter, struct, mode, initial, mode_word, event_column)
+    return CompatPlan(adapter, struct, mode, initial)
 
 
 def _check_processor(processor: Any) -> None:
@@ -102,10 +100,11 @@ def _check_processor(processor: Any) -> None:
                       f"pyspark.sql.streaming.StatefulProcessor{hint}")
 
 
-def _output_mode(value: Any) -> str:
+def _check_output_mode(value: Any) -> None:
+    """Append and Update both emit what the processor yields: the sink decides the rest."""
     word = value.strip().lower() if isinstance(value, str) else None
     if word in OUTPUT_MODES:
-        return str(word)
+        return
     why = (" (Complete is not supported by transformWithState: it emits what the processor "
            "yields)" if word == "complete" else "")
     raise ConfigError(f"outputMode: expected \"Append\" or \"Update\", got {value!r}{why}")
@@ -137,9 +136,11 @@ def _output_struct(schema: Any) -> Any:
                       f"such as 'key string, count long', got {schema!r:.120}")
 
 
-def _event_time_column(name: Any, schema: Any) -> str | None:
+def _check_event_time_column(name: Any, schema: Any) -> None:
+    """PySpark uses it to carry the watermark to a downstream operator; the output here goes
+    to a foreach_batch sink, so it is only checked."""
     if name is None or name == "":
-        return None
+        return
     if not isinstance(name, str) or name not in schema.names:
         raise ConfigError(f"eventTimeColumnName: no column {name!r} in outputStructType "
                           f"({', '.join(schema.names)})")
@@ -147,7 +148,6 @@ def _event_time_column(name: Any, schema: Any) -> str | None:
     if type_name not in EVENT_TIME_TYPES:
         raise ConfigError(f"eventTimeColumnName: column {name!r} of outputStructType has type "
                           f"{type_name}; the event-time column must be a timestamp")
-    return name
 
 
 def _check_watermark(df: Any, mode: str) -> None:

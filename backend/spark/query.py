@@ -22,6 +22,7 @@ from pyspark_dstl.backend.spark.validation import check_declarations, time_spec
 from pyspark_dstl.core.errors import ConfigError
 
 Sink = Callable[[Any, int], None]
+PYSPARK_PROCESSOR_MODULE = "pyspark.sql.streaming.stateful_processor"
 KEY_TYPES = ("string", "byte", "short", "integer", "long", "boolean", "binary", "float",
              "double", "timestamp", "timestamp_ntz", "date")
 
@@ -68,8 +69,13 @@ class GroupedStateful:
         `initial_state`: `other_df.groupBy(<key columns>)`, applied once before the first batch.
         """
         if not isinstance(processor, StatefulProcessor | VectorizedStatefulProcessor):
+            hint = ""
+            if any(c.__module__ == PYSPARK_PROCESSOR_MODULE for c in type(processor).__mro__):
+                hint = ("; a pyspark StatefulProcessor runs with .transformWithStateInPandas(...)"
+                        " or .transformWithState(...)")
             raise StateVariableError(f"{type(processor).__name__} is neither a "
-                                     f"StatefulProcessor nor a VectorizedStatefulProcessor")
+                                     f"StatefulProcessor nor a VectorizedStatefulProcessor"
+                                     f"{hint}")
         spark = self._df.sparkSession
         time = time_spec(self._df, time_mode, event_time, watermark_delay)
         check_declarations(processor, time.mode)

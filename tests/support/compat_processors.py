@@ -488,3 +488,35 @@ class RegistersTimer(StatefulProcessor):
 
     def close(self) -> None:
         pass
+
+
+class EchoTimestamps(StatefulProcessor):
+    """transformWithStateInPandas: yields its input frames' (user, ts) unchanged."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        pass
+
+    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
+                        timerValues: TimerValues) -> Iterator[pd.DataFrame]:
+        for frame in rows:
+            yield frame[["user", "ts"]]
+
+    def close(self) -> None:
+        pass
+
+
+class TimerValuesProbe(StatefulProcessor):
+    """Emits the TimerValues its handleInputRows gets."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        pass
+
+    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
+                        timerValues: TimerValues) -> Iterator[pd.DataFrame]:
+        for _ in rows:
+            pass
+        yield pd.DataFrame({"processing_ms": [timerValues.getCurrentProcessingTimeInMs()],
+                            "watermark_ms": [timerValues.getCurrentWatermarkInMs()]})
+
+    def close(self) -> None:
+        pass
