@@ -46,7 +46,8 @@ from tests.support.tws_scenarios import (
     Scenario,
 )
 
-pytestmark = pytest.mark.spark
+# Several queries per test, each start costing seconds on a loaded machine: a roomier limit.
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 
 
 @pytest.fixture(scope="session")

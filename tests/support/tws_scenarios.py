@@ -8,7 +8,7 @@ batch after the last file, and so on. Event times are seconds after BASE.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import pandas as pd
 
@@ -41,9 +41,6 @@ class Scenario:
     @property
     def output_schema(self) -> str:
         return str(self.processor.OUTPUT)
-
-    def with_processor(self, processor: type) -> Scenario:
-        return replace(self, processor=processor)
 
 
 def _values(*pairs: tuple[str, int]) -> pd.DataFrame:
