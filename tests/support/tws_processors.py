@@ -387,9 +387,15 @@ class TimerBookkeepingProcessor(_Processor):
 
 class LateTimerProcessor(_Processor):
     """Registers a timer at the watermark itself (not after it), as a processor that computes
-    expiries from old events may. PySpark accepts it and fires it in the same batch."""
+    expiries from old events may; PySpark accepts it and fires it in the same batch. A fired
+    timer is re-armed once at expiry + 1 ms when that is already due: PySpark fires the new
+    one in the next batch, not in the one that is firing timers."""
 
     OUTPUT = "user string, kind string, at_ms long"
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        super().init(handle)
+        self.rearmed = handle.getValueState("rearmed", "done boolean")
 
     def handleInputRows(self, key: Any, rows: Any, timerValues: TimerValues) -> Any:
         watermark = timerValues.getCurrentWatermarkInMs()
@@ -399,8 +405,11 @@ class LateTimerProcessor(_Processor):
 
     def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
                            expiredTimerInfo: ExpiredTimerInfo) -> Any:
-        yield pd.DataFrame({"user": [key[0]], "kind": ["fired"],
-                            "at_ms": [expiredTimerInfo.getExpiryTimeInMs()]})
+        expiry = expiredTimerInfo.getExpiryTimeInMs()
+        if expiry + 1 <= timerValues.getCurrentWatermarkInMs() and not self.rearmed.exists():
+            self.rearmed.update((True,))
+            self.handle.registerTimer(expiry + 1)
+        yield pd.DataFrame({"user": [key[0]], "kind": ["fired"], "at_ms": [expiry]})
 
 
 # --- failures ------------------------------------------------------------------------------

@@ -173,8 +173,9 @@ LATE_ROWS = Scenario(
 TIMER_AT_WATERMARK = Scenario(
     "timer_at_the_watermark", tp.LateTimerProcessor, "user string, ts timestamp",
     (_events(("a", 10)),
-     _events(("b", 12)),  # watermark 5: b registers a timer at 5
-     _events(("c", 30))),
+     # watermark 5: b registers a timer at 5 and it fires; a's fires and re-arms, already due
+     _events(("b", 12)),
+     _events(("c", 30))),  # watermark 7: a's re-armed timer fires
     time_mode="EventTime", watermark=("ts", "5 seconds"))
 
 SCENARIOS = {s.name: s for s in (RUNNING_COUNT, LIST_STATE, MAP_STATE, INITIAL_STATE, TOP_K,
