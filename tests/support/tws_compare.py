@@ -20,7 +20,8 @@ Normalisation: a sink keeps each batch's rows as tuples sorted within the batch 
 finish in any order); a batch id seen twice (a replay) keeps its last rows. Nothing else is
 changed: values, nulls, types and batch ids must match exactly.
 
-PySpark's queries use the RocksDB state store provider (transformWithState refuses any other),
+PySpark's queries use the RocksDB state store provider (with the default one transformWithState
+fails: UNSUPPORTED_FEATURE.STORE_BACKEND_NOT_SUPPORTED_FOR_TWS),
 with changelog checkpointing so a batch commits a changelog instead of a full snapshot (faster
 here; both are valid configurations). These are session settings: they are set for the time
 of the PySpark query only and restored after it.
