@@ -55,10 +55,10 @@ def test_newest_event_time_is_floored_to_milliseconds() -> None:
     assert max_event_time_ms(table, "ts") == 5_000
 
 
-def test_rows_at_or_before_the_threshold_are_late_nulls_included() -> None:
+def test_rows_at_or_before_the_threshold_are_late_and_null_event_times_are_kept() -> None:
     kept, dropped = drop_late_rows(stamps(999, 1000, 1001, None), "ts", 1000)
-    assert kept.column("ts").to_pylist() == [dt.datetime.fromtimestamp(1.001, dt.UTC)]
-    assert dropped == 3
+    assert kept.column("ts").to_pylist() == [dt.datetime.fromtimestamp(1.001, dt.UTC), None]
+    assert dropped == 2
 
 
 def test_processing_time_clock_has_no_watermark() -> None:

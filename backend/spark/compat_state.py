@@ -229,7 +229,8 @@ class CompatHandle(PySparkHandle):
 
     def registerTimer(self, expiryTimestampMs: int) -> None:
         self._require_timers("registerTimer")
-        self._native.register_timer(expiryTimestampMs)
+        # PySpark accepts an expiry at or before the watermark and fires it in this batch
+        self._native.register_timer(expiryTimestampMs, allow_due=True)
 
     def deleteTimer(self, expiryTimestampMs: int) -> None:
         self._require_timers("deleteTimer")

@@ -2,7 +2,8 @@
 
 Follows Spark: a row is late when its event time is at or before the watermark that was in
 force for late rows (the previous batch's), and the next watermark is the newest event time
-seen (in milliseconds) minus the delay, never moving back.
+seen (in milliseconds) minus the delay, never moving back. Rows without an event time are
+kept and do not move the watermark.
 """
 
 from __future__ import annotations
@@ -18,11 +19,13 @@ def _as_micros(column: pa.ChunkedArray) -> pa.ChunkedArray:
 
 
 def drop_late_rows(table: pa.Table, column: str, late_threshold_ms: int) -> tuple[pa.Table, int]:
-    """(rows after the threshold, number of rows dropped); null event times count as late."""
+    """(rows after the threshold, number of rows dropped). A null event time is never late:
+    Spark's late-row filter (event time <= watermark) is not true for null, so it keeps
+    such rows, and so do we."""
     if table.num_rows == 0:
         return table, 0
     micros = _as_micros(table.column(column))
-    keep = pc.fill_null(pc.greater(micros, late_threshold_ms * MICROS_PER_MS), False)
+    keep = pc.fill_null(pc.greater(micros, late_threshold_ms * MICROS_PER_MS), True)
     kept = table.filter(keep)
     return kept, table.num_rows - kept.num_rows
 

@@ -81,11 +81,16 @@ class StatefulProcessorHandle:
 
     # --- timers of the current key (per-key processors) ----------------------------------
 
-    def register_timer(self, expiry_ms: int) -> None:
+    def register_timer(self, expiry_ms: int, *, allow_due: bool = False) -> None:
         """Call `handle_expired_timer(key, expiry_ms)` once the batch's processing time (or, in
-        event time, the watermark) reaches `expiry_ms`; registering it twice keeps one timer."""
+        event time, the watermark) reaches `expiry_ms`; registering it twice keeps one timer.
+
+        An event-time expiry at or before the watermark is refused unless `allow_due`: then the
+        timer is due at once and fires in this batch after the input rows, as PySpark's
+        transformWithState does (registered while timers fire, it fires in the next batch)."""
         key = self._timer_key("register_timer")
-        self._check_future(expiry_ms)
+        if not allow_due:
+            self._check_future(expiry_ms)
         self._timers.register(key, expiry_ms)
 
     def delete_timer(self, expiry_ms: int) -> None:

@@ -35,8 +35,34 @@ aborts have ``status`` None. The S3 store under test sends each request exactly 
 botocore retries, no aiohttp resend), so counts at the proxy are exact.
 """
 
-from tests.support.fault_proxy import FaultProxy, FaultRule, RequestInfo, RequestRecord
-from tests.support.moto_server import MotoServer, S3Env, make_s3_env
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tests.support.fault_proxy import FaultProxy, FaultRule, RequestInfo, RequestRecord
+    from tests.support.moto_server import MotoServer, S3Env, make_s3_env
+
+# Imported on first use: Spark's Python workers import processors from tests.support.* and
+# should not pay for moto (about two seconds per fresh worker).
+_HOMES = {
+    "FaultProxy": "tests.support.fault_proxy",
+    "FaultRule": "tests.support.fault_proxy",
+    "RequestInfo": "tests.support.fault_proxy",
+    "RequestRecord": "tests.support.fault_proxy",
+    "MotoServer": "tests.support.moto_server",
+    "S3Env": "tests.support.moto_server",
+    "make_s3_env": "tests.support.moto_server",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(home), name)
+
 
 __all__ = [
     "FaultProxy",
