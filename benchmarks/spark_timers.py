@@ -262,7 +262,10 @@ class Run:
         def recording_execute(df: Any, batch_id: int, base: Any = None) -> Any:
             result = execute(df, batch_id, base)
             self.task_stats[batch_id] = [
-                {k: stats[k] for k in TASK_STATS} for stats in result.stats.values()]
+                {**{k: stats[k] for k in TASK_STATS},
+                 "load_kind": stats["store"].get("load_kind"),
+                 "store_load_seconds": stats["store"].get("load_seconds")}
+                for stats in result.stats.values()]
             return result
 
         operator.execute = recording_execute
