@@ -12,6 +12,7 @@ import pytest
 
 import pyspark_dstl.backend.lineage.replay as replay
 from pyspark_dstl.backend.engines.base import Engine
+from pyspark_dstl.backend.engines.columns import block_of
 from pyspark_dstl.backend.engines.memory import MemoryEngine
 from pyspark_dstl.backend.engines.records import (
     OP_DELETE,
@@ -146,9 +147,9 @@ def test_a_key_deleted_last_stays_deleted_and_a_key_put_last_stays(
     _, engine = engines
     engine.apply([(b"default\x00gone", b"old"), (b"default\x00back", b"old")])
     writes = replay.PendingWrites(engine)
-    writes.add([b"default\x00gone", b"default\x00back"], [b"new", None], 10)
-    writes.add([b"default\x00gone", b"default\x00back", b"default\x00never"],
-               [None, b"again", None], 10)
+    writes.add([block_of("default", [b"gone", b"back"], [b"new", None], 2)], 10)
+    writes.add([block_of("default", [b"gone", b"back", b"never"], [None, b"again", None], 3)],
+               10)
     writes.flush()
     assert _everything(engine) == {b"default\x00back": b"again"}
 

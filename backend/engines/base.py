@@ -7,7 +7,7 @@ and the lineage rules are shared, so both behave the same from the outside.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 
 from rocksdict import Rdict
@@ -44,6 +44,13 @@ class Engine(ABC):
         One write per key, so their order does not matter; replay coalesces change sets
         into such a mapping (benchmarks/recovery): one table of physical keys."""
         self.apply_tables([(b"", writes, None in writes.values())])
+
+    def apply_ordered(self, keys: Sequence[bytes], values: Sequence[bytes | None],
+                      deletes: bool = True) -> None:
+        """Apply one write per physical key (None: delete), keys given in ascending order,
+        atomically: replay's coalesced change sets (lineage/latest.py). `deletes=False`
+        promises no None values."""
+        self.apply(zip(keys, values, strict=True))
 
     @abstractmethod
     def scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:

@@ -15,7 +15,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from pyspark_dstl.backend.engines.base import Engine
-from pyspark_dstl.backend.engines.records import VersionMarker, encode_changes
+from pyspark_dstl.backend.engines.columns import encode_tables
+from pyspark_dstl.backend.engines.records import VersionMarker
 from pyspark_dstl.backend.errors import BackendError
 from pyspark_dstl.backend.faults import kill_point
 from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo, Lineage
@@ -95,8 +96,7 @@ class StoreInstance:
             deletes = cache.deletes
             records = len(cache)
             removed = cache.removes
-            payload = encode_changes(marker, [(cf, table) for cf, _, table in pending], deletes,
-                                     cache.packer())
+            payload = encode_tables(marker, [(cf, table) for cf, _, table in pending], deletes)
             self.writer.append(self._partition, payload)
             persisting = None
             if persist_from is not None:
