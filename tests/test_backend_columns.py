@@ -20,6 +20,7 @@ from pyspark_dstl.backend.engines.columns import (
     decode_change_blocks,
     encode_blocks,
     encode_tables,
+    sorted_puts,
 )
 from pyspark_dstl.backend.engines.records import (
     OP_DELETE,
@@ -212,6 +213,24 @@ def test_a_block_decoded_from_a_payload_feeds_latest_writes() -> None:
                                               [b"1", b"2", None], 3)])
     result = latest.latest_writes(decode_blocks(payload, "here")[1])
     assert (result.keys, result.values) == ([b"default\x00a", b"default\x00b"], [b"2", None])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_sorted_puts_give_prefixed_keys_in_bytewise_order_with_their_values(seed: int) -> None:
+    rng = random.Random(seed)
+    table = {bytes(rng.choice([0, 1, 127, 128, 255]) for _ in range(3)): rng.randbytes(2)
+             for _ in range(60)}
+    keys, values = sorted_puts(block_of("cf", table, table.values(), len(table)),
+                               list(table.values()))
+    assert list(zip(keys, values, strict=True)) == sorted(
+        (encode_key("cf", key), value) for key, value in table.items())
+
+
+@pytest.mark.parametrize("table", [{b"a": b"1", b"bb": b"2"}, {b"a": b"1", b"b": None},
+                                   {b"": b"1"}])
+def test_sorted_puts_refuse_blocks_they_do_not_fit(table: dict[bytes, bytes | None]) -> None:
+    with pytest.raises(ValueError, match="column family 'cf'"):
+        sorted_puts(block_of("cf", table, table.values(), len(table)), [])
 
 
 def test_offsets_are_little_endian_u32_after_the_ops() -> None:

@@ -11,7 +11,8 @@ import pyarrow as pa
 import pytest
 
 import pyspark_dstl.backend.store.instance as instance
-from pyspark_dstl.backend.engines.records import encode_changes
+from pyspark_dstl.backend.engines.columns import ColumnBlock
+from pyspark_dstl.backend.engines.records import VersionMarker, encode_changes
 from pyspark_dstl.backend.store.api import StateStore
 from tests.support.backend import PROVIDER_IDS, PROVIDERS, BackendEnv, file_env, state_of
 
@@ -133,6 +134,13 @@ def test_a_column_of_anything_but_bytes_is_refused(env: BackendEnv) -> None:
         store.put_many(keys=["a"], values=[b"1"])
 
 
+def _version_1(marker: VersionMarker, blocks: list[ColumnBlock]) -> bytes:
+    """The payload the writer made before the columnar one."""
+    return encode_changes(marker, [
+        (block.cf, dict(zip(block.key_list(), block.value_list(), strict=True)))
+        for block in blocks])
+
+
 def test_a_changelog_of_version_1_and_columnar_payloads_restores(
         env: BackendEnv, monkeypatch: pytest.MonkeyPatch) -> None:
     """Checkpoints written before the columnar payload replay together with newer ones, also
@@ -146,7 +154,7 @@ def test_a_changelog_of_version_1_and_columnar_payloads_restores(
         for flush in range(3):
             with monkeypatch.context() as patch:
                 if (version + flush) % 2 == 0:
-                    patch.setattr(instance, "encode_tables", encode_changes)
+                    patch.setattr(instance, "encode_blocks", _version_1)
                 for _ in range(4):
                     key = b"k%d" % rng.randrange(9)
                     if rng.random() < 0.3:
