@@ -48,6 +48,9 @@ PROVIDERS = {"rocksdb": "pyspark_dstl.backend.store.rocksdb_provider.RocksDBChan
              "memory": "pyspark_dstl.backend.store.memory_provider.InMemoryProvider"}
 CONTENDERS = ("raw", "rocksdb", "memory", "rocksdb bulk", "memory bulk")
 Timing = dict[str, float]
+GOALS = {"rocksdb": 0.40, "rocksdb bulk": 0.60}
+"""The issue's goals: puts through the RocksDB provider against raw rocksdict; the in-memory
+provider's rows and the gets are information."""
 
 
 class RawContender:
@@ -190,15 +193,15 @@ def tabulate(report: Report, timings: dict[str, list[Timing]], keys: int) -> Non
              {name: [summarize(put_rates[name])["p50"], summarize(get_rates[name])["p50"]]
               for name in CONTENDERS},
              f"{keys:,} keys, median over rounds", "operations per second")
-    for name in CONTENDERS[1:]:
+    for name, goal in GOALS.items():
         provider, _, bulk = name.partition(" ")
         api = "put_many columns" if bulk else "put per key"
         put_share = ratio(summarize(put_rates[name])["p50"], raw_put)
         get_share = ratio(summarize(get_rates[name])["p50"], raw_get)
-        report.goal(f"3. write path ({provider} provider, {api}, get per key)",
-                    "puts/s and gets/s >= 60% of raw",
-                    f"puts {put_share:.0%} of raw, gets {get_share:.0%} of raw",
-                    min(put_share, get_share), min(put_share, get_share) >= 0.60)
+        report.goal(f"3. write path ({provider} provider, {api})",
+                    f"puts/s >= {goal:.0%} of raw rocksdict WriteBatch",
+                    f"puts {put_share:.0%} of raw (gets {get_share:.0%})",
+                    put_share, put_share >= goal)
 
 
 if __name__ == "__main__":
