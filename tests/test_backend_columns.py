@@ -194,6 +194,16 @@ def test_latest_writes_are_each_keys_last_write_in_ascending_order(shape: str,
     assert result.deletes == sum(value is None for value in result.values)
 
 
+def test_latest_writes_of_values_of_one_length_are_each_keys_last() -> None:
+    rng = random.Random(4)
+    blocks = []
+    for _ in range(5):
+        keys = [b"k%02d" % rng.randrange(30) for _ in range(25)]
+        blocks.append(block_of("default", keys, [rng.randbytes(8) for _ in keys], len(keys)))
+    result = latest.latest_writes(blocks)
+    assert list(zip(result.keys, result.values, strict=True)) == _model(blocks)
+
+
 def test_keys_too_spread_to_pad_are_sorted_by_python_with_the_same_result(
         monkeypatch: pytest.MonkeyPatch) -> None:
     rng = random.Random(9)
