@@ -26,10 +26,11 @@ from pyspark_dstl.backend.engines.records import (
     OP_DELETE,
     OP_PUT,
     VersionMarker,
+    cf_prefix,
     encode_changes,
     encode_key,
 )
-from pyspark_dstl.backend.errors import CorruptCheckpointError
+from pyspark_dstl.backend.errors import CorruptCheckpointError, StoreIdError
 
 MARKER = VersionMarker(7, "uid7", "uid6")
 Writes = list[tuple[str, bytes, bytes | None]]
@@ -251,3 +252,9 @@ def test_offsets_are_little_endian_u32_after_the_ops() -> None:
     assert payload[start + 8:start + 9] == b"k"
     assert np.frombuffer(payload, "<u4", 2, start + 9).tolist() == [0, 2]
     assert payload[start + 17:] == b"vv"
+
+
+def test_a_column_family_name_too_long_for_a_block_is_refused_before_any_write() -> None:
+    with pytest.raises(StoreIdError, match="longer than 65535 bytes"):
+        cf_prefix("\u00e9" * 40000)
+    assert decode_blocks(encode_tables(MARKER, [("c" * 65535, {b"k": b"v"})]), "here")[1]
