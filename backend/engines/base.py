@@ -49,12 +49,6 @@ class Engine(ABC):
         self.apply_tables([(cf_prefix(block.cf), table, bool((block.ops != OP_PUT).any()))
                            for block, table in blocks])
 
-    def apply_latest(self, writes: Mapping[bytes, bytes | None]) -> None:
-        """Apply the final write of each key (its value, or None for a delete) atomically.
-        One write per key, so their order does not matter; replay coalesces change sets
-        into such a mapping (benchmarks/recovery): one table of physical keys."""
-        self.apply_tables([(b"", writes, None in writes.values())])
-
     def apply_ordered(self, keys: Sequence[bytes], values: Sequence[bytes | None],
                       deletes: bool = True) -> None:
         """Apply one write per physical key (None: delete), keys given in ascending order,

@@ -138,7 +138,7 @@ class RocksDBEngine(Engine):
     def apply_tables(self, tables: Iterable[TableWrite]) -> None:
         """One WriteBatch, each table in key order: sorted inserts into the memtable's skip list
         are an order of magnitude faster than random ones, far more than the sort costs when a
-        transaction (or a replay, through apply_latest) wrote keys in no particular order.
+        transaction wrote keys in no particular order.
         Sorting the (key, value) items, not the keys, saves a dict lookup per key (half the
         cost of filling the batch on benchmarks/write_path)."""
         batch = WriteBatch(raw_mode=True)
