@@ -7,8 +7,9 @@ rotates so that machine noise hits each the same:
   rocksdb       this backend's StateStore (RocksDB provider), store.put per key, then commit()
                 with the durable changelog on file://; store.get per key;
   memory        the in-memory provider, same API and changelog;
-  rocksdb bulk  as rocksdb, but all keys in one store.put_many(items) call;
-  memory bulk   as memory, with put_many.
+  rocksdb bulk  as rocksdb, but all keys in one store.put_many(keys=..., values=...) call
+                (columns: a list of keys and a list of values);
+  memory bulk   as memory, with put_many columns.
 Puts/s count the commit (a put is not durable before it); gets/s read after the commit, always
 with store.get per key (the bulk rows differ from their per-call rows only in the writes).
 
@@ -47,6 +48,9 @@ PROVIDERS = {"rocksdb": "pyspark_dstl.backend.store.rocksdb_provider.RocksDBChan
              "memory": "pyspark_dstl.backend.store.memory_provider.InMemoryProvider"}
 CONTENDERS = ("raw", "rocksdb", "memory", "rocksdb bulk", "memory bulk")
 Timing = dict[str, float]
+GOALS = {"rocksdb": 0.40, "rocksdb bulk": 0.60}
+"""The issue's goals: puts through the RocksDB provider against raw rocksdict; the in-memory
+provider's rows and the gets are information."""
 
 
 class RawContender:
@@ -78,7 +82,7 @@ class StoreContender:
     """The backend's StateStore with its changelog on file://."""
 
     def __init__(self, work: Path, provider_class: str, bulk: bool = False) -> None:
-        """`bulk`: write with one put_many(items) instead of a put per key."""
+        """`bulk`: write with one put_many(keys=, values=) instead of a put per key."""
         options = backend_options(work / "local", ChangelogOptions(),
                                   provider_class=provider_class)
         self.bulk = bulk
@@ -95,9 +99,10 @@ class StoreContender:
     def round(self, items: list[tuple[bytes, bytes]], order: list[bytes]) -> Timing:
         store = self._store()
         put = store.put
+        keys, values = [k for k, _ in items], [v for _, v in items]
         began = time.perf_counter()
         if self.bulk:
-            store.put_many(items)
+            store.put_many(keys=keys, values=values)
         else:
             for user_key, value in items:
                 put(user_key, value)
@@ -188,15 +193,15 @@ def tabulate(report: Report, timings: dict[str, list[Timing]], keys: int) -> Non
              {name: [summarize(put_rates[name])["p50"], summarize(get_rates[name])["p50"]]
               for name in CONTENDERS},
              f"{keys:,} keys, median over rounds", "operations per second")
-    for name in CONTENDERS[1:]:
+    for name, goal in GOALS.items():
         provider, _, bulk = name.partition(" ")
-        api = "put_many(items)" if bulk else "put per key"
+        api = "put_many columns" if bulk else "put per key"
         put_share = ratio(summarize(put_rates[name])["p50"], raw_put)
         get_share = ratio(summarize(get_rates[name])["p50"], raw_get)
-        report.goal(f"3. write path ({provider} provider, {api}, get per key)",
-                    "puts/s and gets/s >= 60% of raw",
-                    f"puts {put_share:.0%} of raw, gets {get_share:.0%} of raw",
-                    min(put_share, get_share), min(put_share, get_share) >= 0.60)
+        report.goal(f"3. write path ({provider} provider, {api})",
+                    f"puts/s >= {goal:.0%} of raw rocksdict WriteBatch",
+                    f"puts {put_share:.0%} of raw (gets {get_share:.0%})",
+                    put_share, put_share >= goal)
 
 
 if __name__ == "__main__":

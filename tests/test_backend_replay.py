@@ -3,8 +3,9 @@ the sorted bulk apply of the engines, and reading one group of segments ahead.""
 
 from __future__ import annotations
 
+import itertools
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import msgpack
@@ -12,6 +13,7 @@ import pytest
 
 import pyspark_dstl.backend.lineage.replay as replay
 from pyspark_dstl.backend.engines.base import Engine
+from pyspark_dstl.backend.engines.columns import block_of, encode_blocks
 from pyspark_dstl.backend.engines.memory import MemoryEngine
 from pyspark_dstl.backend.engines.records import (
     OP_DELETE,
@@ -112,9 +114,22 @@ def _everything(engine: Engine) -> dict[bytes, bytes]:
     return dict(engine.scan(b""))
 
 
+def _columnar(marker: VersionMarker,
+              records: list[tuple[int, str, bytes, bytes | None]]) -> bytes:
+    """encode_payload's records as a version-2 payload: a block per run of one cf."""
+    blocks = []
+    for cf, run in itertools.groupby(records, key=lambda record: record[1]):
+        writes = list(run)
+        blocks.append(block_of(cf, [key for _, _, key, _ in writes],
+                               [value for _, _, _, value in writes], len(writes)))
+    return encode_blocks(marker, blocks)
+
+
+@pytest.mark.parametrize("encode", [encode_payload, _columnar], ids=["version1", "version2"])
 @pytest.mark.parametrize("coalesce_bytes", [1, 300, 1 << 30])
 def test_coalesced_replay_with_deletes_equals_replaying_every_record_in_order(
         engines: tuple[Engine, Engine], coalesce_bytes: int,
+        encode: Callable[[VersionMarker, list[tuple[int, str, bytes, bytes | None]]], bytes],
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(replay, "COALESCE_BYTES", coalesce_bytes)
     sequential, coalesced = engines
@@ -128,11 +143,10 @@ def test_coalesced_replay_with_deletes_equals_replaying_every_record_in_order(
     stats = replay.ReplayStats()
     for sqn, (version, uid) in enumerate(chain):
         marker = VersionMarker(version, uid, chain[version - 2][1] if version > 1 else None)
-        payloads = [encode_payload(marker, _records(rng, rng.randrange(0, 15), 12))
-                    for _ in range(rng.randrange(1, 3))]
-        for payload in payloads:  # the reference: every record in order, one batch each
-            sequential.apply((encode_key(cf, key), value)
-                             for _, cf, key, value in decode_payload(payload, "x")[1])
+        written = [_records(rng, rng.randrange(0, 15), 12) for _ in range(rng.randrange(1, 3))]
+        payloads = [encode(marker, records) for records in written]
+        for records in written:  # the reference: every record in order, one batch each
+            sequential.apply((encode_key(cf, key), value) for _, cf, key, value in records)
         change_set = ChangeSet("op/0", sqn, tuple((0, payload) for payload in payloads))
         replay.apply_change_set(writes, change_set, check, f"change set {sqn}", stats)
     writes.flush()
@@ -146,9 +160,9 @@ def test_a_key_deleted_last_stays_deleted_and_a_key_put_last_stays(
     _, engine = engines
     engine.apply([(b"default\x00gone", b"old"), (b"default\x00back", b"old")])
     writes = replay.PendingWrites(engine)
-    writes.add([b"default\x00gone", b"default\x00back"], [b"new", None], 10)
-    writes.add([b"default\x00gone", b"default\x00back", b"default\x00never"],
-               [None, b"again", None], 10)
+    writes.add([block_of("default", [b"gone", b"back"], [b"new", None], 2)], 10)
+    writes.add([block_of("default", [b"gone", b"back", b"never"], [None, b"again", None], 3)],
+               10)
     writes.flush()
     assert _everything(engine) == {b"default\x00back": b"again"}
 

@@ -7,16 +7,19 @@ and the lineage rules are shared, so both behave the same from the outside.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 
 from rocksdict import Rdict
 
-from pyspark_dstl.backend.engines.records import CF_SEPARATOR
+from pyspark_dstl.backend.engines.columns import ColumnBlock
+from pyspark_dstl.backend.engines.records import CF_SEPARATOR, OP_PUT, cf_prefix
 
 Write = tuple[bytes, bytes | None]  # physical key, value or None for a delete
 # physical key prefix, user key -> value or None for a delete, whether it may hold deletes
 TableWrite = tuple[bytes, Mapping[bytes, bytes | None], bool]
+# a flush's block of one cf, with the transaction cache's table it was made from
+BlockWrite = tuple[ColumnBlock, Mapping[bytes, bytes | None]]
 
 
 class Engine(ABC):
@@ -39,11 +42,19 @@ class Engine(ABC):
         self.apply((prefix + key, value)
                    for prefix, table, _ in tables for key, value in table.items())
 
-    def apply_latest(self, writes: Mapping[bytes, bytes | None]) -> None:
-        """Apply the final write of each key (its value, or None for a delete) atomically.
-        One write per key, so their order does not matter; replay coalesces change sets
-        into such a mapping (benchmarks/recovery): one table of physical keys."""
-        self.apply_tables([(b"", writes, None in writes.values())])
+    def apply_blocks(self, blocks: Iterable[BlockWrite]) -> None:
+        """apply_tables() for a flush already encoded as column blocks: each block with the
+        cache table it was made from (the values as objects). Engines that can use the
+        columns override it (benchmarks/write_path)."""
+        self.apply_tables([(cf_prefix(block.cf), table, bool((block.ops != OP_PUT).any()))
+                           for block, table in blocks])
+
+    def apply_ordered(self, keys: Sequence[bytes], values: Sequence[bytes | None],
+                      deletes: bool = True) -> None:
+        """Apply one write per physical key (None: delete), keys given in ascending order,
+        atomically: replay's coalesced change sets (lineage/latest.py). `deletes=False`
+        promises no None values."""
+        self.apply(zip(keys, values, strict=True))
 
     @abstractmethod
     def scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:

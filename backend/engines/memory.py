@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
 from rocksdict import Options, Rdict, SstFileWriter
@@ -54,6 +54,13 @@ class MemoryEngine(Engine):
             else:
                 puts: Mapping[bytes, bytes] = table  # type: ignore[assignment]  # no deletes
                 data.update(zip(map(prefix.__add__, puts), puts.values(), strict=True))
+
+    def apply_ordered(self, keys: Sequence[bytes], values: Sequence[bytes | None],
+                      deletes: bool = True) -> None:
+        if deletes:
+            self.apply(zip(keys, values, strict=True))
+        else:
+            self._data.update(zip(keys, values, strict=True))  # type: ignore[arg-type]
 
     def scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
         matching = sorted((k, v) for k, v in self._data.items() if k.startswith(prefix))

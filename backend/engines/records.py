@@ -1,8 +1,10 @@
-"""Change records inside a changelog payload, and the physical key layout in RocksDB.
+"""Change records of payload version 1, the version marker, and the physical key layout.
 
-A payload is one msgpack list: a VERSION marker [3, version, unique_id, base_unique_id] first,
-then [1, cf, key, value] puts and [2, cf, key, None] deletes. The marker lets replay check, from
-the data itself, that every change set belongs to the expected lineage.
+A version-1 payload is one msgpack list: a VERSION marker [3, version, unique_id,
+base_unique_id] first, then [1, cf, key, value] puts and [2, cf, key, None] deletes. Flushes now
+write payload version 2 (columns.py); version 1 is decoded here for checkpoints written before
+it, and its encoders stay to write such checkpoints in tests. The marker lets replay check,
+from the data itself, that every change set belongs to the expected lineage.
 Column families are virtual: the stored key is cf (UTF-8) + b"\\x00" + user key.
 """
 
@@ -38,10 +40,16 @@ class VersionMarker:
     base_unique_id: str | None
 
 
+MAX_CF_BYTES = 65535  # a u16 length in payload version 2
+
+
 def check_cf(cf: str) -> str:
     if not isinstance(cf, str) or not cf or "\x00" in cf:
         raise StoreIdError(f"column family name must be a non-empty string without NUL, "
                            f"got {cf!r}")
+    if len(cf) > MAX_CF_BYTES // 4 and len(cf.encode()) > MAX_CF_BYTES:
+        raise StoreIdError(f"column family name {cf[:40]!r}...: longer than {MAX_CF_BYTES} "
+                           f"bytes in UTF-8")
     return cf
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +19,9 @@ from rocksdict import (
     WriteOptions,
 )
 
-from pyspark_dstl.backend.engines.base import Engine, TableWrite, Write
+from pyspark_dstl.backend.engines.base import BlockWrite, Engine, TableWrite, Write
+from pyspark_dstl.backend.engines.columns import sorted_puts
+from pyspark_dstl.backend.engines.records import cf_prefix
 from pyspark_dstl.backend.errors import BackendError, CorruptCheckpointError
 
 if TYPE_CHECKING:
@@ -136,21 +138,63 @@ class RocksDBEngine(Engine):
     def apply_tables(self, tables: Iterable[TableWrite]) -> None:
         """One WriteBatch, each table in key order: sorted inserts into the memtable's skip list
         are an order of magnitude faster than random ones, far more than the sort costs when a
-        transaction (or a replay, through apply_latest) wrote keys in no particular order."""
+        transaction wrote keys in no particular order.
+        Sorting the (key, value) items, not the keys, saves a dict lookup per key (half the
+        cost of filling the batch on benchmarks/write_path)."""
+        batch = WriteBatch(raw_mode=True)
+        for prefix, table, may_delete in tables:
+            self._fill(batch, prefix, table, may_delete)
+        self._db.write(batch)
+
+    @staticmethod
+    def _fill(batch: WriteBatch, prefix: bytes, table: Mapping[bytes, bytes | None],
+              may_delete: bool) -> None:
+        put = batch.put
+        items = sorted(table.items())
+        if may_delete:
+            delete = batch.delete
+            for key, value in items:
+                if value is None:
+                    delete(prefix + key)
+                else:
+                    put(prefix + key, value)
+        else:  # a plain loop: faster here than deque(map(put, ...)) (write_path)
+            for key, value in items:
+                put(prefix + key, value)  # no deletes here
+
+    def apply_blocks(self, blocks: Iterable[BlockWrite]) -> None:
+        """apply_tables(), with the keys of a block of puts of one length prefixed and sorted
+        in numpy (columns.sorted_puts): the batch is then filled by a loop of put calls
+        alone, as a raw WriteBatch would be."""
         batch = WriteBatch(raw_mode=True)
         put = batch.put
-        for prefix, table, may_delete in tables:
-            keys = sorted(table)
-            if may_delete:
-                for key in keys:
-                    value = table[key]
-                    if value is None:
-                        batch.delete(prefix + key)
-                    else:
-                        put(prefix + key, value)
-            else:  # a plain loop: faster here than deque(map(put, ...)) (write_path)
-                for key in keys:
-                    put(prefix + key, table[key])
+        for block, table in blocks:
+            try:
+                keys, values = sorted_puts(block, table.values())  # type: ignore[arg-type]
+            except ValueError:  # deletes, keys of several lengths: the table path
+                self._fill(batch, cf_prefix(block.cf), table, True)
+                continue
+            for key, value in zip(keys, values, strict=True):
+                put(key, value)
+        self._db.write(batch)
+
+    def apply_ordered(self, keys: Sequence[bytes], values: Sequence[bytes | None],
+                      deletes: bool = True) -> None:
+        """One WriteBatch in the given (ascending) key order. Measured against an SST file
+        and ingest_external_file for 1e6 sorted 100-byte writes: 0.34 s here, 0.62 s there
+        (the ingestion alone 0.31 s), so replay loads through the memtable."""
+        batch = WriteBatch(raw_mode=True)
+        put = batch.put
+        if deletes:
+            delete = batch.delete
+            for key, value in zip(keys, values, strict=True):
+                if value is None:
+                    delete(key)
+                else:
+                    put(key, value)
+        else:
+            for key, value in zip(keys, values, strict=True):
+                put(key, value)
         self._db.write(batch)
 
     def scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:

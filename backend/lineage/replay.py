@@ -9,14 +9,15 @@ handle of what was replayed can be rebuilt.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass
 
 from pyspark_dstl.backend.engines.base import Engine
-from pyspark_dstl.backend.engines.records import decode_writes, physical_keys
+from pyspark_dstl.backend.engines.columns import ColumnBlock, decode_change_blocks
 from pyspark_dstl.backend.errors import CorruptCheckpointError, LineageError
 from pyspark_dstl.backend.lineage.completion import require_checkpoint, status_from_files
+from pyspark_dstl.backend.lineage.latest import latest_writes
 from pyspark_dstl.backend.lineage.resolver import ReplayPlan
 from pyspark_dstl.backend.lineage.rules import HeaderMeta, MarkerCheck
 from pyspark_dstl.changelog import ChangeSet
@@ -26,11 +27,11 @@ from pyspark_dstl.changelog.handle import ChangelogHandle, Segment
 from pyspark_dstl.changelog.storage_service import ChangelogStorage, SyncReader
 
 READ_GROUP_BYTES = 64 * 1024 * 1024
-COALESCE_BYTES = 4 * 1024 * 1024
-"""Payload bytes whose writes are coalesced into one sorted batch. Small enough that sorting
-and batching stay in the CPU caches: on benchmarks/recovery 2-4 MiB took the least CPU, 64 MiB
-40% more (the batch then gathers keys and values from all over the heap) and 1 MiB more too
-(short sorted runs are slower to insert into the memtable)."""
+COALESCE_BYTES = 32 * 1024 * 1024
+"""Payload bytes whose writes are coalesced into one sorted batch: the last write per key is
+found by one numpy sort (lineage/latest.py), whose cost per write falls as the batch grows,
+and a larger batch drops more overwritten writes. Memory stays bounded: the batch's payloads,
+its index arrays and the Python objects of the writes that remain."""
 
 
 @dataclass
@@ -52,30 +53,32 @@ class PendingWrites:
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
-        self._latest: dict[bytes, bytes | None] = {}
+        self._blocks: list[ColumnBlock] = []
         self._bytes = 0
 
-    def add(self, raws: list[bytes], values: Sequence[bytes | None], size: int) -> None:
-        self._latest.update(zip(raws, values, strict=True))
+    def add(self, blocks: list[ColumnBlock], size: int) -> None:
+        self._blocks += blocks
         self._bytes += size
         if self._bytes >= COALESCE_BYTES:
             self.flush()
 
     def flush(self) -> None:
-        if self._latest:
-            self._engine.apply_latest(self._latest)
-        self._latest = {}
+        if self._blocks:
+            latest = latest_writes(self._blocks)
+            self._engine.apply_ordered(latest.keys, latest.values, latest.deletes > 0)
+        self._blocks = []
         self._bytes = 0
 
 
 def apply_change_set(writes: PendingWrites, change_set: ChangeSet, check: MarkerCheck,
                      where: str, stats: ReplayStats) -> None:
     for _, payload in change_set.entries:
-        marker, cfs, keys, values = decode_writes(payload, where)
+        marker, blocks = decode_change_blocks(payload, where)
         check.check(marker, where)
-        if keys:
-            writes.add(physical_keys(cfs, keys), values, len(payload))
-        stats.records += len(keys)
+        records = sum(map(len, blocks))
+        if records:
+            writes.add(blocks, len(payload))
+        stats.records += records
     stats.change_sets += 1
 
 

@@ -37,7 +37,9 @@ class StoreAccess(Protocol):
 
     def multi_get(self, keys: Sequence[bytes], cf: str) -> list[bytes | None]: ...
 
-    def put_many(self, items: Iterable[tuple[bytes, bytes]], cf: str) -> None: ...
+    def put_many(self, items: Iterable[tuple[bytes, bytes]] = (), cf: str = ..., *,
+                 keys: Sequence[bytes] | None = None,
+                 values: Sequence[bytes] | None = None) -> None: ...
 
     def remove_many(self, keys: Iterable[bytes], cf: str) -> None: ...
 
@@ -171,9 +173,8 @@ class ValueState(_StateVariable):
         if len(values) != len(encoded):
             raise StateVariableError(f"state {name}: update_many got {len(encoded)} keys and "
                                      f"{len(values)} values")
-        self._store.put_many(
-            [(key, encode_value(value, expiry, name))
-             for key, value in zip(encoded, values, strict=True)], self.cf)
+        self._store.put_many(keys=encoded, values=[encode_value(value, expiry, name)
+                                                   for value in values], cf=self.cf)
 
     def clear_many(self, keys: Sequence[Sequence[Any]]) -> None:
         self._store.remove_many(Keys.of(keys).encoded, self.cf)

@@ -89,7 +89,9 @@ class _DriverStore:
     def multi_get(self, keys: Sequence[bytes], cf: str) -> list[bytes | None]:
         return self._refuse()
 
-    def put_many(self, items: Iterable[tuple[bytes, bytes]], cf: str) -> None:
+    def put_many(self, items: Iterable[tuple[bytes, bytes]] = (), cf: str = "", *,
+                 keys: Sequence[bytes] | None = None,
+                 values: Sequence[bytes] | None = None) -> None:
         self._refuse()
 
     def remove_many(self, keys: Iterable[bytes], cf: str) -> None:

@@ -7,7 +7,7 @@ asks it for a store at the committed (version, unique id), writes, and commits v
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pyspark_dstl.backend.engines.records import DEFAULT_CF
@@ -15,6 +15,22 @@ from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
 
 if TYPE_CHECKING:
     from pyspark_dstl.backend.lineage.context import RootContext
+
+
+BytesColumn = Sequence[bytes] | Any
+"""A column of bytes: a sequence of bytes, or anything with to_pylist() giving one (an Arrow
+binary array, for example)."""
+
+
+def bytes_column(column: BytesColumn | None, name: str) -> Sequence[bytes]:
+    """`column` as a sequence of bytes (Arrow arrays through their to_pylist)."""
+    if column is None:
+        raise TypeError(f"put_many: {name} is missing (keys and values go together)")
+    if isinstance(column, list | tuple):
+        return column
+    to_pylist = getattr(column, "to_pylist", None)
+    listed: list[bytes] = list(column) if to_pylist is None else to_pylist()
+    return listed
 
 
 class StateStore(ABC):
@@ -44,7 +60,9 @@ class StateStore(ABC):
     def put(self, key: bytes, value: bytes, cf: str = DEFAULT_CF) -> None: ...
 
     @abstractmethod
-    def put_many(self, items: Iterable[tuple[bytes, bytes]], cf: str = DEFAULT_CF) -> None: ...
+    def put_many(self, items: Iterable[tuple[bytes, bytes]] = (), cf: str = DEFAULT_CF, *,
+                 keys: BytesColumn | None = None, values: BytesColumn | None = None) -> None:
+        """put() of every (key, value) item, or of keys[i], values[i] given as columns."""
 
     @abstractmethod
     def remove(self, key: bytes, cf: str = DEFAULT_CF) -> None: ...

@@ -15,7 +15,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from pyspark_dstl.backend.engines.base import Engine
-from pyspark_dstl.backend.engines.records import VersionMarker, encode_changes
+from pyspark_dstl.backend.engines.columns import encode_blocks, table_blocks
+from pyspark_dstl.backend.engines.records import VersionMarker
 from pyspark_dstl.backend.errors import BackendError
 from pyspark_dstl.backend.faults import kill_point
 from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo, Lineage
@@ -95,15 +96,15 @@ class StoreInstance:
             deletes = cache.deletes
             records = len(cache)
             removed = cache.removes
-            payload = encode_changes(marker, [(cf, table) for cf, _, table in pending], deletes,
-                                     cache.packer())
+            tables = [table for _, _, table in pending]
+            blocks = table_blocks([(cf, table) for cf, _, table in pending], deletes)
+            payload = encode_blocks(marker, blocks)
             self.writer.append(self._partition, payload)
             persisting = None
             if persist_from is not None:
                 kill_point("changelog_persist_before")
                 persisting = self.writer.persist(persist_from)
-            self.engine.apply_tables([(prefix, table, cf in deletes)
-                                      for cf, prefix, table in pending])
+            self.engine.apply_blocks(zip(blocks, tables, strict=True))
         finally:
             cache.clear()
         self.metrics.flushes += 1

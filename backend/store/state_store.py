@@ -10,10 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
+import numpy as np
+
 from pyspark_dstl.backend.engines.records import DEFAULT_CF, VersionMarker, cf_prefix
 from pyspark_dstl.backend.errors import StateStoreClosedError
 from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
-from pyspark_dstl.backend.store.api import StateStore
+from pyspark_dstl.backend.store.api import BytesColumn, StateStore, bytes_column
 from pyspark_dstl.backend.store.instance import StoreInstance
 from pyspark_dstl.backend.store.txcache import ABSENT, TransactionCache
 
@@ -115,16 +117,47 @@ class ChangelogStateStore(StateStore):
         if cache.put(cf, key, value):
             self._flush()
 
-    def put_many(self, items: Iterable[tuple[bytes, bytes]], cf: str = DEFAULT_CF) -> None:
-        """put() for every item, in order, with one check of the store and the cf."""
+    def put_many(self, items: Iterable[tuple[bytes, bytes]] = (), cf: str = DEFAULT_CF, *,
+                 keys: BytesColumn | None = None, values: BytesColumn | None = None) -> None:
+        """put() for every item, in order, with one check of the store and the cf; or, given
+        `keys` and `values` (columns: sequences of bytes or Arrow binary arrays), put() of
+        keys[i] and values[i] for every i, written in slices without a Python call per key."""
         self._check_open()
         cache = self._cache
         cache.column(cf)
+        if keys is not None or values is not None:
+            if items != ():
+                raise TypeError(f"store {self.store_id!r}: put_many takes items or "
+                                f"keys/values, not both")
+            self._put_columns(cf, keys, values)
+            return
         put = cache.put
         for key, value in items:
             if type(key) is not bytes or type(value) is not bytes:
                 key, value = self._as_bytes(key, value)
             if put(cf, key, value):
+                self._flush()
+
+    def _put_columns(self, cf: str, keys: BytesColumn | None,
+                     values: BytesColumn | None) -> None:
+        key_list, value_list = bytes_column(keys, "keys"), bytes_column(values, "values")
+        if len(key_list) != len(value_list):
+            raise ValueError(f"store {self.store_id!r}: put_many got {len(key_list)} keys and "
+                             f"{len(value_list)} values")
+        if not key_list:
+            return
+        if set(map(type, key_list)) != {bytes} or set(map(type, value_list)) != {bytes}:
+            pairs = [self._as_bytes(k, v) for k, v in zip(key_list, value_list, strict=True)]
+            key_list, value_list = [k for k, _ in pairs], [v for _, v in pairs]
+        cache = self._cache
+        overhead = cache.column(cf)[2]
+        costs = np.cumsum(np.fromiter(map(len, key_list), np.int64, len(key_list))
+                          + np.fromiter(map(len, value_list), np.int64, len(value_list))
+                          + overhead)
+        start = 0
+        while start < len(key_list):
+            start = cache.put_columns(cf, key_list, value_list, costs, start)
+            if cache.is_full():
                 self._flush()
 
     def remove(self, key: bytes, cf: str = DEFAULT_CF) -> None:

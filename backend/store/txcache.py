@@ -6,15 +6,19 @@ go, so many writes to one key cost one record, and the changelog gets one payloa
 Layout, chosen for the write path (benchmarks/write_path): one plain dict per column family,
 user key -> value or None for a delete, so a put is one dict store with no key encoding and no
 per-write tuple; the physical keys and the payload are built per flush, column family by
-column family (records.encode_changes). ChangelogStateStore inlines `put` and `lookup` on
-these fields; both must keep the same accounting.
+column family (columns.encode_tables). ChangelogStateStore inlines `put` and `lookup` on
+these fields; both must keep the same accounting. Bulk writes (`put_columns`) go into the same
+dicts with one dict.update per slice and their accounting from numpy sums.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from pyspark_dstl.backend.engines.records import OP_DELETE, OP_PUT, Record, cf_prefix, new_packer
+import numpy as np
+
+from pyspark_dstl.backend.engines.records import OP_DELETE, OP_PUT, Record, cf_prefix
 
 ENTRY_OVERHEAD = 16
 ABSENT: Any = object()  # "not in the cache", distinct from None ("deleted in this transaction")
@@ -37,7 +41,6 @@ class TransactionCache:
         self.removes = 0  # entries that are deletes (a put over a delete takes one back)
         self.max_entries = max_entries
         self.max_bytes = max_bytes
-        self._packer: Any = None
 
     def __len__(self) -> int:
         return self.entries
@@ -76,6 +79,39 @@ class TransactionCache:
             self.bytes += len(value) - len(old)
         return self.entries >= self.max_entries or self.bytes >= self.max_bytes
 
+    def put_columns(self, cf: str, keys: Sequence[bytes], values: Sequence[bytes],
+                    costs: np.ndarray, start: int) -> int:
+        """put() of keys[start:stop] and their values, stopping right after the write that
+        fills the cache as put() would; returns stop (the caller flushes, then goes on).
+        `costs`: the running sum of what each write costs as a new entry (overhead, key and
+        value bytes), from the first write of `keys` on.
+
+        Slices whose keys are all new to the cache take one dict.update and their cost from
+        `costs`; a key written twice in the slice counts once with its last value. A slice
+        that overwrites cached keys goes through put() per key (the old values' sizes)."""
+        table, _, overhead = self.column(cf)
+        spent = int(costs[start - 1]) if start else 0
+        room = max(1, min(self.max_entries - self.entries, len(keys) - start))
+        fitting = int(np.searchsorted(costs, spent + self.max_bytes - self.bytes, "left"))
+        stop = min(start + room, max(start + 1, fitting + 1), len(keys))
+        slice_keys = keys[start:stop]
+        slice_values = values[start:stop]
+        if any(map(table.__contains__, slice_keys)):
+            for key, value in zip(slice_keys, slice_values, strict=True):
+                self.put(cf, key, value)
+            return stop
+        before = len(table)
+        table.update(zip(slice_keys, slice_values, strict=True))
+        added = len(table) - before
+        if added == stop - start:
+            self.bytes += int(costs[stop - 1]) - spent
+        else:  # a key repeated within the slice: each distinct key once, its last value
+            distinct = dict.fromkeys(slice_keys)
+            self.bytes += (overhead * added + sum(map(len, distinct))
+                           + sum(map(len, map(table.__getitem__, distinct))))  # type: ignore[arg-type]
+        self.entries += added
+        return stop
+
     def remove(self, cf: str, key: bytes) -> None:
         table, _, overhead = self.column(cf)
         old = table.get(key, ABSENT)
@@ -110,17 +146,9 @@ class TransactionCache:
         self.clear()
         return drained
 
-    def packer(self) -> Any:
-        """The msgpack Packer the flushes of this transaction reuse (records.encode_changes):
-        its buffer keeps the size of the largest flush until release()."""
-        if self._packer is None:
-            self._packer = new_packer()
-        return self._packer
-
     def release(self) -> None:
-        """Empty the cache and drop the Packer's buffer: the transaction ended."""
+        """Empty the cache: the transaction ended."""
         self.clear()
-        self._packer = None
 
     def clear(self) -> None:
         for table, _, _ in self.columns.values():

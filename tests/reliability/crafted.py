@@ -3,9 +3,10 @@
     python -m tests.reliability.crafted            # a table of every case
     python -m tests.reliability.crafted --json     # what test_crafted_files.py reads
 
-Each case is a small file of one kind (changelog, change payload, snapshot manifest, commit log
-entry, epoch file) that declares far more than it holds: huge sizes, counts and lengths, deep
-nesting, unknown extension types, a compressed frame that expands 2^15 times. Each is decoded
+Each case is a small file of one kind (changelog, change payload of either version, snapshot
+manifest, commit log entry, epoch file) that declares far more than it holds: huge sizes,
+counts and lengths, deep nesting, unknown extension types, a compressed frame that expands
+2^15 times. Each is decoded
 the way loads, `verify` and the tools decode it; the run records the error, the length of its
 message, the peak of Python allocations during the decode (tracemalloc: the decoders allocate
 through Python, zstd's output buffer included) and the time. Run in a process of its own so
@@ -89,6 +90,19 @@ def record(entries: bytes) -> bytes:
     return b"\x93" + msgpack.packb(LOG_ID) + b"\x00" + entries
 
 
+def columnar(blocks: int, block: bytes, tail: bytes = b"") -> bytes:
+    """A version-2 (columnar) change payload: marker of version 1, no base, then the blocks."""
+    return (b"\xc1\x02" + struct.pack("<QI", 1, 1) + b"u" + b"\x00" + struct.pack("<I", blocks)
+            + block + tail)
+
+
+def column_block(count: int, ops: bytes, key_offsets: Sequence[int], keys: bytes = b"",
+                 value_offsets: Sequence[int] = (0,), values: bytes = b"") -> bytes:
+    return (struct.pack("<H", 7) + b"default" + struct.pack("<I", count) + ops
+            + struct.pack(f"<{len(key_offsets)}I", *key_offsets) + keys
+            + struct.pack(f"<{len(value_offsets)}I", *value_offsets) + values)
+
+
 def manifest(body: bytes) -> bytes:
     return struct.pack(">8sHII", b"DSTLSNAP", 1, len(body), crc32(body)) + body
 
@@ -146,6 +160,26 @@ CASES: tuple[Case, ...] = (
     Case("payload_extra", "payload", lambda: b"\x00" * MIB, "1 MiB after the payload"),
     Case("payload_ext", "payload",
          lambda: msgpack.packb([msgpack.ExtType(3, bytes(MIB))]), "an ext type of 1 MiB"),
+    Case("columnar_block_count", "payload", lambda: columnar(2**32 - 1, b""),
+         "2^32-1 column blocks"),
+    Case("columnar_record_count", "payload",
+         lambda: columnar(1, column_block(2**32 - 1, b"\x01" * 1024, [0] * 64)),
+         "2^32-1 records in a block"),
+    Case("columnar_key_bytes", "payload",
+         lambda: columnar(1, column_block(1, b"\x01", [0, 2**32 - 1], b"k" * 1024)),
+         "4 GiB of keys"),
+    Case("columnar_value_bytes", "payload",
+         lambda: columnar(1, column_block(1, b"\x01", [0, 1], b"k", [0, 2**32 - 1])),
+         "4 GiB of values"),
+    Case("columnar_falling_offsets", "payload",
+         lambda: columnar(1, column_block(2**16, b"\x01" * 2**16,
+                                          [0] + [2**20] + [0] * (2**16 - 1), bytes(MIB))),
+         "offsets that fall back to 0"),
+    Case("columnar_cf_length", "payload",
+         lambda: columnar(1, struct.pack("<H", 65535) + b"c" * 64), "a 64 KiB cf name"),
+    Case("columnar_extra", "payload",
+         lambda: columnar(1, column_block(0, b"", [0]), b"\x00" * MIB),
+         "1 MiB after the blocks"),
     Case("manifest_body_length", "manifest",
          lambda: struct.pack(">8sHII", b"DSTLSNAP", 1, 256 * MIB, 0), "a body of 256 MiB"),
     Case("manifest_array_count", "manifest",
@@ -180,8 +214,8 @@ def decoder(kind: str) -> Callable[[bytes], Any]:
         from pyspark_dstl.changelog.format import verify_file
         return lambda data: verify_file(data, "state/agg/0/1_crafted.changelog")
     if kind == "payload":
-        from pyspark_dstl.backend.engines.records import decode_writes
-        return lambda data: decode_writes(data, "change set 0 in 'crafted'")
+        from pyspark_dstl.backend.engines.columns import decode_change_blocks
+        return lambda data: decode_change_blocks(data, "change set 0 in 'crafted'")
     if kind == "manifest":
         from pyspark_dstl.materializer.manifest import decode_manifest
         return lambda data: decode_manifest(data, "state/agg/0/1_crafted.snapshot")
