@@ -18,7 +18,7 @@ import pytest
 from pyspark_dstl.backend.lineage.naming import snapshot_path
 from pyspark_dstl.backend.store.state_backend import StateBackend
 from pyspark_dstl.materializer.options import MaterializerOptions
-from tests.support.backend import BackendEnv, apply, file_env, state_of
+from tests.support.backend import MEMORY, BackendEnv, apply, file_env, state_of
 from tests.support.engine_faults import FAILING_PROVIDER, EngineFaults
 
 BATCH = 20_000  # large enough that the engine write is still running when commit returns
@@ -73,8 +73,11 @@ def test_a_transaction_after_a_background_write_overwrites_it_in_commit_order(
     assert state_of(restored) == model
 
 
-def test_a_snapshot_started_at_a_commit_holds_that_commits_writes(env: BackendEnv) -> None:
+@pytest.mark.parametrize("provider", [FAILING_PROVIDER, MEMORY], ids=["rocksdb", "memory"])
+def test_a_snapshot_started_at_a_commit_holds_that_commits_writes(env: BackendEnv,
+                                                                  provider: str) -> None:
     env.materialization = EVERY_COMMIT
+    env.provider_class = provider
     backend = env.backend()
     provider = env.provider(backend)
     model: Model = {}

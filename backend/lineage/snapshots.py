@@ -185,8 +185,13 @@ class SnapshotTracker:
                                   position.lineage)
         try:
             if decision is not Decision.BACKSTOP:
-                self._start_in_background(engine, request,
-                                          None if catch_up is None else catch_up.pending)
+                ready = None
+                if catch_up is not None:
+                    if engine.LIVE_VIEW:  # the checkpoint thread waits for the write
+                        ready = catch_up.pending
+                    else:  # the view is a copy made now: the write lands first
+                        catch_up.wait()
+                self._start_in_background(engine, request, ready)
                 return None
             if catch_up is not None:
                 catch_up.wait()
