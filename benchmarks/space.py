@@ -43,6 +43,7 @@ from pyspark_dstl.backend.ops.cleanup import cleanup_checkpoint
 from pyspark_dstl.backend.options import CONF_KEYS, CONF_PREFIX, BackendOptions
 from pyspark_dstl.backend.store.state_backend import StateBackend
 from pyspark_dstl.changelog.config import ChangelogOptions
+from pyspark_dstl.materializer.options import MaterializerOptions
 
 NAME = "space"
 FULL: dict[str, Any] = {"keys": 1_000_000, "batches": 200, "retain": [2, 10, 100],
@@ -62,7 +63,9 @@ def run(args: argparse.Namespace, plan: dict[str, Any], retain: int) -> dict[str
     with scratch(args, f"space-{retain}") as work:
         remote = work / "remote"
         url = file_url(remote)
-        options = backend_options(work / "local", ChangelogOptions(),
+        materialization = (None if args.every_n_commits is None else
+                           MaterializerOptions(every_n_commits=args.every_n_commits))
+        options = backend_options(work / "local", ChangelogOptions(), materialization,
                                   min_batches_to_retain=retain,
                                   **rocksdb_changes(args))
         with StateBackend(options) as backend:
@@ -118,6 +121,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         (["--keys"], {"type": int, "default": None}),
         (["--batches"], {"type": int, "default": None}),
         (["--retain"], {"default": None, "help": "comma-separated minBatchesToRetain values"}),
+        (["--every-n-commits"], {"type": int, "default": None,
+                                 "help": "snapshot every N commits (default: the "
+                                         "materializer's default)"}),
         (["--rocksdb"], {"default": None,
                          "help": "RocksDB settings other than the defaults, e.g. "
                                  "maxBytesForLevelBase=256MB,targetFileSizeBase=64MB"}),
@@ -132,7 +138,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     report = Report(NAME, args, {**plan, "changed_per_batch": CHANGE_RATE,
                                  "value_bytes": 100,
                                  "rocksdb": args.rocksdb or "defaults",
-                                 "materialization": "defaults (every 10 commits, background)",
+                                 "materialization": (
+                                     "defaults (every 10 commits, background)"
+                                     if args.every_n_commits is None else
+                                     f"every {args.every_n_commits} commits, background"),
                                  "storage": "file://"})
     results = []
     with profiled(args):
