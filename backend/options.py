@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from pyspark_dstl.changelog.config import ChangelogOptions
 from pyspark_dstl.core.settings import (
+    BOOL,
     DURATION,
     INT,
     SIZE,
@@ -78,6 +79,12 @@ class BackendOptions(Options):
         "stateStore.lockTimeout", DURATION, 30.0,
         "How long a task waits for another process on the same host to release a store "
         "directory.", at_least=0)
+    background_engine_write: bool = setting(
+        "stateStore.backgroundEngineWrite", BOOL, True,
+        "Return from a commit once its changelog is durable and write the batch to the local "
+        "RocksDB on a background thread; the next transaction, snapshot or close of the "
+        "store waits for that write, and one that fails makes the next load restore the "
+        "version from the checkpoint. `false` writes inside the commit.")
     tx_cache_max_entries: int = setting(
         "stateStore.txCache.maxEntries", INT, 100_000,
         "Writes buffered in memory per transaction before they are flushed to RocksDB and "

@@ -12,7 +12,8 @@ batches of superseded snapshots and changelog pile up, so the ratio measured the
 cadence more than what the retention needs. The report also gives a lower bound per
 retention, 1 + minBatchesToRetain x change rate: one copy of the state plus the changelog of
 the retained batches, which no choice of snapshots can avoid (2x for minBatchesToRetain=100 at
-1% per batch, above the 1.5x goal by construction).
+1% per batch, above the 1.5x goal by construction). Only retentions whose lower bound is
+within the goal get a goal row; the others are information in the table.
 
 --rocksdb compares compaction settings.
 
@@ -42,6 +43,7 @@ from pyspark_dstl.backend.ops.cleanup import cleanup_checkpoint
 from pyspark_dstl.backend.options import CONF_KEYS, CONF_PREFIX, BackendOptions
 from pyspark_dstl.backend.store.state_backend import StateBackend
 from pyspark_dstl.changelog.config import ChangelogOptions
+from pyspark_dstl.materializer.options import MaterializerOptions
 
 NAME = "space"
 FULL: dict[str, Any] = {"keys": 1_000_000, "batches": 200, "retain": [2, 10, 100],
@@ -49,6 +51,7 @@ FULL: dict[str, Any] = {"keys": 1_000_000, "batches": 200, "retain": [2, 10, 100
 QUICK: dict[str, Any] = {"keys": 5_000, "batches": 30, "retain": [5, 10],
                          "cleanup_every": 1}
 CHANGE_RATE = 0.01
+GOAL = 1.5
 
 
 def run(args: argparse.Namespace, plan: dict[str, Any], retain: int) -> dict[str, Any]:
@@ -60,7 +63,9 @@ def run(args: argparse.Namespace, plan: dict[str, Any], retain: int) -> dict[str
     with scratch(args, f"space-{retain}") as work:
         remote = work / "remote"
         url = file_url(remote)
-        options = backend_options(work / "local", ChangelogOptions(),
+        materialization = (None if args.every_n_commits is None else
+                           MaterializerOptions(every_n_commits=args.every_n_commits))
+        options = backend_options(work / "local", ChangelogOptions(), materialization,
                                   min_batches_to_retain=retain,
                                   **rocksdb_changes(args))
         with StateBackend(options) as backend:
@@ -116,6 +121,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         (["--keys"], {"type": int, "default": None}),
         (["--batches"], {"type": int, "default": None}),
         (["--retain"], {"default": None, "help": "comma-separated minBatchesToRetain values"}),
+        (["--every-n-commits"], {"type": int, "default": None,
+                                 "help": "snapshot every N commits (default: the "
+                                         "materializer's default)"}),
         (["--rocksdb"], {"default": None,
                          "help": "RocksDB settings other than the defaults, e.g. "
                                  "maxBytesForLevelBase=256MB,targetFileSizeBase=64MB"}),
@@ -130,7 +138,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     report = Report(NAME, args, {**plan, "changed_per_batch": CHANGE_RATE,
                                  "value_bytes": 100,
                                  "rocksdb": args.rocksdb or "defaults",
-                                 "materialization": "defaults (every 10 commits, background)",
+                                 "materialization": (
+                                     "defaults (every 10 commits, background)"
+                                     if args.every_n_commits is None else
+                                     f"every {args.every_n_commits} commits, background"),
                                  "storage": "file://"})
     results = []
     with profiled(args):
@@ -155,6 +166,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                   "2nd half p50", "2nd half max", "lower bound", "cleanup s p50",
                   "files deleted"], rows)
     for result in results:
+        if lower_bound(result["retain"]) > GOAL:
+            continue  # above the goal by construction: information (the table), not a goal
         tail = summarize(result["ratio"][len(result["ratio"]) // 2:])
         report.goal(f"5. space (minBatchesToRetain={result['retain']})",
                     "storage / live state <= 1.5x",

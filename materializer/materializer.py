@@ -154,13 +154,16 @@ class Materializer:
         self._upload(schedule, checkpoint, request, future)
         return future
 
-    def snapshot_in_background(self, db: Rdict, request: SnapshotRequest
+    def snapshot_in_background(self, db: Rdict, request: SnapshotRequest,
+                               ready: Future[None] | None = None,
                                ) -> tuple[Future[None], Future[MaterializedHandle]]:
         """snapshot(), with the checkpoint itself (memtable flush, hard links) off the
         caller's thread: returns (taken, result). `taken` is done once the checkpoint no longer
         reads `db` (taken, failed or cancelled); the caller must not write to `db` nor close it
         before that, so the checkpoint holds exactly the state of this call. `result` is as
         snapshot()'s (a failed checkpoint fails it; so does a close() that cancels it).
+        `ready`: done once `db` holds the state to snapshot (a write still running on
+        another thread); the checkpoint waits for it, and fails if it failed.
         """
         with self._lock:
             self._check_open()
@@ -172,6 +175,9 @@ class Materializer:
         def checkpoint_then_upload() -> None:
             started = time.monotonic()
             try:
+                if ready is not None:
+                    _await_ready(ready, request)  # the caller's write into `db` lands first
+                    started = time.monotonic()
                 checkpoint = take_checkpoint(db, directory)
             except Exception as exc:  # the future carries every failure
                 error = exc if isinstance(exc, MaterializerError) else MaterializerError(
@@ -309,3 +315,11 @@ class Materializer:
     def _check_open(self) -> None:
         if self._closed:
             raise MaterializerClosedError("the materializer is closed")
+
+
+def _await_ready(ready: Future[None], request: SnapshotRequest) -> None:
+    """Wait for the write the snapshot must contain; MaterializerError if it failed."""
+    error = ready.exception()
+    if error is not None:
+        raise MaterializerError(f"snapshot {request.store_id!r} version {request.version}: the "
+                                f"write it must contain failed: {error!r}") from error

@@ -25,6 +25,10 @@ BlockWrite = tuple[ColumnBlock, Mapping[bytes, bytes | None]]
 class Engine(ABC):
     """Physical keys are cf + NUL + user key; scans return keys in ascending byte order."""
 
+    # rocksdb_view() hands out the live DB (later writes reach it, so a caller that writes
+    # concurrently orders them itself) rather than a copy made when it is entered
+    LIVE_VIEW = False
+
     @abstractmethod
     def get(self, raw: bytes) -> bytes | None: ...
 

@@ -100,6 +100,8 @@ class RocksDBSettings:
 
 
 class RocksDBEngine(Engine):
+    LIVE_VIEW = True
+
     def __init__(self, path: str, settings: RocksDBSettings, create: bool = True) -> None:
         """`create=False` for a DB that must already exist (a released one taken over)."""
         try:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from concurrent.futures import Future, wait
+from typing import TYPE_CHECKING
 
 from pyspark_dstl.backend.engines.base import Engine
 from pyspark_dstl.backend.errors import BackendError
@@ -34,6 +35,9 @@ from pyspark_dstl.changelog.storage_service import ChangelogStorage
 from pyspark_dstl.materializer.errors import MaterializerError
 from pyspark_dstl.materializer.handle import MaterializedHandle, SnapshotRequest
 from pyspark_dstl.materializer.schedule import Decision
+
+if TYPE_CHECKING:  # the store room's; only its type is used here
+    from pyspark_dstl.backend.store.engine_writer import EngineCatchUp
 
 log = logging.getLogger(__name__)
 SnapshotId = tuple[int, str]
@@ -163,8 +167,11 @@ class SnapshotTracker:
             return None
 
     def maybe_start(self, engine: Engine, position: Position, sqn: int,
-                    force: bool) -> MaterializedHandle | None:
-        """Snapshot at this commit boundary if scheduled; a synchronous one is returned."""
+                    force: bool, catch_up: EngineCatchUp | None = None
+                    ) -> MaterializedHandle | None:
+        """Snapshot at this commit boundary if scheduled; a synchronous one is returned.
+        `catch_up` holds the commit's engine write if it runs after the commit: a background
+        snapshot's checkpoint waits for it, a synchronous one has it applied first."""
         materializer = self._context.materializer
         decision = materializer.should_snapshot(
             self._store_id, position.handle.size,
@@ -178,8 +185,16 @@ class SnapshotTracker:
                                   position.lineage)
         try:
             if decision is not Decision.BACKSTOP:
-                self._start_in_background(engine, request)
+                ready = None
+                if catch_up is not None:
+                    if engine.LIVE_VIEW:  # the checkpoint thread waits for the write
+                        ready = catch_up.pending
+                    else:  # the view is a copy made now: the write lands first
+                        catch_up.wait()
+                self._start_in_background(engine, request, ready)
                 return None
+            if catch_up is not None:
+                catch_up.wait()
             with engine.rocksdb_view() as db:
                 future = materializer.snapshot(db, request)
             self.started += 1
@@ -201,14 +216,17 @@ class SnapshotTracker:
                                f"itself is durable); see the warning logged")
         return verified
 
-    def _start_in_background(self, engine: Engine, request: SnapshotRequest) -> None:
+    def _start_in_background(self, engine: Engine, request: SnapshotRequest,
+                             ready: Future[None] | None) -> None:
         """A periodic snapshot: even its checkpoint (memtable flush, hard links) runs off the
-        commit, while the next transaction's writes wait in its cache; whatever writes to or
-        closes the engine first calls await_checkpoint()."""
+        commit, after the commit's engine write (`ready`) if that runs in the background,
+        while the next transaction's writes wait in its cache; whatever writes to or closes
+        the engine first calls await_checkpoint()."""
         view = engine.rocksdb_view()
         db = view.__enter__()
         try:
-            taken, future = self._context.materializer.snapshot_in_background(db, request)
+            taken, future = self._context.materializer.snapshot_in_background(db, request,
+                                                                              ready)
         except BaseException:
             view.__exit__(None, None, None)
             raise

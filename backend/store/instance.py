@@ -14,7 +14,7 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from pyspark_dstl.backend.engines.base import Engine
+from pyspark_dstl.backend.engines.base import BlockWrite, Engine
 from pyspark_dstl.backend.engines.columns import encode_blocks, table_blocks
 from pyspark_dstl.backend.engines.records import VersionMarker
 from pyspark_dstl.backend.errors import BackendError
@@ -26,6 +26,7 @@ from pyspark_dstl.backend.lineage.position import Position
 from pyspark_dstl.backend.lineage.rules import EARLY, FinalMark, HeaderMeta, SnapshotRef
 from pyspark_dstl.backend.lineage.snapshots import SnapshotId, SnapshotTracker
 from pyspark_dstl.backend.local.release_marker import remove_marker, write_marker
+from pyspark_dstl.backend.store.engine_writer import EngineCatchUp
 from pyspark_dstl.backend.store.txcache import TransactionCache
 from pyspark_dstl.changelog.errors import ChangelogError
 from pyspark_dstl.changelog.handle import ChangelogHandle
@@ -64,16 +65,24 @@ class StoreInstance:
         awaited = pending_snapshot if pending_snapshot in position.lineage else None
         self.snapshots = SnapshotTracker(context, store_id, awaited)
         self.metrics = InstanceMetrics()
+        # a commit's engine write, applied after the commit returns (engine_writer.py)
+        self.catch_up = EngineCatchUp(engine, store_id)
         self._partition = split_store_id(store_id)[1]
 
     def matches(self, version: int, unique_id: str | None) -> bool:
+        """Whether this copy is exactly that committed version: it waits for the engine to
+        catch up; a background write that failed makes the copy dirty (reloaded)."""
+        if not self.catch_up.settled():
+            self.dirty = True
         return (not self.dirty and self.position.version == version
                 and self.position.unique_id == unique_id)
 
     # --- one transaction ------------------------------------------------------------------------
 
     def begin(self, unique_id: str) -> VersionMarker:
-        """Name the files of the coming commit before anything of it can be uploaded."""
+        """Name the files of the coming commit before anything of it can be uploaded; the
+        engine holds the version it starts from before the transaction can read it."""
+        self.catch_up.wait()
         position = self.position
         marker = VersionMarker(position.version + 1, unique_id, position.unique_id)
         self._set_header(marker, position.materialized, position.lineage)
@@ -84,13 +93,18 @@ class StoreInstance:
         self._flush(marker, cache, persist_from=None)
 
     def _flush(self, marker: VersionMarker, cache: TransactionCache,
-               persist_from: int | None) -> Future[ChangelogHandle] | None:
+               persist_from: int | None, defer_engine: bool = False
+               ) -> tuple[Future[ChangelogHandle] | None, list[BlockWrite]]:
         """Encode and append the cache as one payload, for a commit start persisting it, then
         apply it to the engine while the upload runs (RocksDB's write holds the GIL, writing
-        and fsyncing the file does not). Empties the cache, also when that fails. An engine
-        that fails leaves the instance dirty; a payload persisted for a commit that then fails
-        is a file no checkpoint names, which cleanup removes like a dead attempt's."""
+        and fsyncing the file does not), or with `defer_engine` return the engine's writes
+        unapplied (the commit hands them to `catch_up`). Empties the cache, also when that
+        fails. An engine that fails leaves the instance dirty; a payload persisted for a
+        commit that then fails is a file no checkpoint names, which cleanup removes like a
+        dead attempt's."""
+        writes: list[BlockWrite] = []
         try:
+            self.catch_up.wait()  # the previous commit's write precedes this one
             self.snapshots.await_checkpoint()  # a background checkpoint reads this version
             pending = cache.pending()
             deletes = cache.deletes
@@ -104,19 +118,27 @@ class StoreInstance:
             if persist_from is not None:
                 kill_point("changelog_persist_before")
                 persisting = self.writer.persist(persist_from)
-            self.engine.apply_blocks(zip(blocks, tables, strict=True))
+            writes = list(zip(blocks, tables, strict=True))
+            if not defer_engine:
+                self.engine.apply_blocks(writes)
         finally:
-            cache.clear()
+            if not defer_engine:
+                cache.clear()
+            else:  # the tables stay referenced by `writes`; the cache lets go of them
+                cache.detach()
         self.metrics.flushes += 1
         self.metrics.records += records
         self.metrics.removed += removed
         self.metrics.payload_bytes += len(payload)
-        return persisting
+        return persisting, writes
 
     def commit(self, marker: VersionMarker, cache: TransactionCache,
                materialize: bool = False) -> CheckpointInfo:
-        """Final flush, durable changelog, snapshot bookkeeping; returns the checkpoint info."""
+        """Final flush, durable changelog, snapshot bookkeeping; returns the checkpoint info.
+        The changelog is durable on return; with `background_engine_write` (the default) the
+        engine write starts then and whatever next uses the engine waits for it."""
         started = time.monotonic()
+        defer = self.context.options.background_engine_write
         base = self.position
         adopted = self.snapshots.finished(base, marker.version)
         if adopted is not None:
@@ -125,7 +147,8 @@ class StoreInstance:
         final = FinalMark(base.handle.to_sqn, self.writer.open_sqn + 1)
         self._set_header(marker, base.materialized, base.lineage, final)
         try:
-            persisting = self._flush(marker, cache, persist_from=base.handle.to_sqn)
+            persisting, writes = self._flush(marker, cache, persist_from=base.handle.to_sqn,
+                                             defer_engine=defer)
             assert persisting is not None
             persisted = persisting.result()
         except ChangelogError as exc:
@@ -134,15 +157,21 @@ class StoreInstance:
                                f"({marker.unique_id}) could not persist its changelog: "
                                f"{exc}") from exc
         kill_point("changelog_persist_after")
-        self.position = base.after_commit(marker.version, marker.unique_id, persisted)
-        self.base_unique_id = marker.base_unique_id
-        if adopted is not None:
-            self._truncate(adopted)
-        snapshot = self.snapshots.maybe_start(self.engine, self.position,
-                                              self.writer.next_sqn(), materialize)
-        if snapshot is not None:
-            self.position = self.position.on_snapshot(snapshot)
-            self._truncate(snapshot)
+        if defer:  # started below, once the bookkeeping no longer competes for the GIL
+            self.catch_up.hold(writes, marker.version)
+        try:
+            self.position = base.after_commit(marker.version, marker.unique_id, persisted)
+            self.base_unique_id = marker.base_unique_id
+            if adopted is not None:
+                self._truncate(adopted)
+            snapshot = self.snapshots.maybe_start(self.engine, self.position,
+                                                  self.writer.next_sqn(), materialize,
+                                                  self.catch_up)
+            if snapshot is not None:
+                self.position = self.position.on_snapshot(snapshot)
+                self._truncate(snapshot)
+        finally:
+            self.catch_up.start()
         self.metrics.commits += 1
         self.metrics.last_commit_seconds = time.monotonic() - started
         return self.info(marker.base_unique_id)
@@ -175,17 +204,23 @@ class StoreInstance:
                                label=checkpoint_label(marker.version, marker.unique_id))
 
     def close(self) -> None:
-        """Close writer and engine; snapshots in flight finish on their own."""
+        """Close writer and engine; snapshots in flight finish on their own. A background
+        engine write finishes first (a failed one was reported where it was waited for)."""
         try:
             self.writer.close()
         finally:
-            self.snapshots.await_checkpoint()
-            self.engine.close()
+            try:
+                self.catch_up.close()
+                self.snapshots.await_checkpoint()
+            finally:
+                self.engine.close()
 
     def release(self) -> bool:
         """Close, leaving the directory reusable when it holds exactly a committed version:
         flush the engine, then write the release marker, then close. True when marked."""
         marked = False
+        if not self.catch_up.settled():
+            self.dirty = True
         if not self.dirty and self.position.unique_id is not None:
             try:
                 self.snapshots.await_checkpoint()

@@ -226,6 +226,8 @@ class ChangelogStateStore(StateStore):
             "snapshots_dropped": snapshots.dropped,
             "snapshots_dropped_missing_files": snapshots.missing_files,
             "snapshot_checkpoint_wait_seconds": snapshots.write_wait_seconds,
+            "engine_catch_up_wait_seconds": self._instance.catch_up.wait_seconds,
+            "engine_background_write_seconds": self._instance.catch_up.write_seconds,
             "snapshot_pending": snapshots.in_flight is not None,
             "changelog_bytes_since_snapshot": position.handle.size,
             "materialized_version": (position.materialized.version

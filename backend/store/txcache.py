@@ -150,6 +150,15 @@ class TransactionCache:
         """Empty the cache: the transaction ended."""
         self.clear()
 
+    def detach(self) -> None:
+        """Empty the cache, leaving its tables untouched to whoever holds them (a commit's
+        engine write that runs after the commit returned)."""
+        self.columns = {}
+        self.deletes = set()
+        self.entries = 0
+        self.bytes = 0
+        self.removes = 0
+
     def clear(self) -> None:
         for table, _, _ in self.columns.values():
             table.clear()
