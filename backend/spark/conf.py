@@ -27,7 +27,7 @@ from pyspark_dstl.core.settings import (
 
 QUERY_SECTION = "query."
 QUERY_PREFIX = CONF_PREFIX + QUERY_SECTION
-OUTPUT_MODES = ("collect", "cache")
+OUTPUT_MODES = ("collect", "files", "cache")
 PLAIN_NAME = Rule("be a non-empty name without '/' or '..'",
                   lambda name: "/" not in name and ".." not in name)
 
@@ -57,8 +57,10 @@ class QueryOptions(Options):
     output_mode: str = setting(
         "outputMode", WORD, "collect",
         "How the stateful stage's output reaches the sink, computed once per batch: "
-        "`collect` (Arrow to the driver) or `cache` (persisted on the executors, for large "
-        "outputs).", choices=OUTPUT_MODES)
+        "`collect` (Arrow to the driver), `files` (each task writes its output once under "
+        "the checkpoint, the sink reads the committed attempts' files; scales with the "
+        "cluster) or `cache` (persisted on the executors; a lost block runs the stage "
+        "again).", choices=OUTPUT_MODES)
     cleanup_interval: int = setting(
         "cleanupInterval", INT, 10,
         "Run retention cleanup on the driver every N batches (between batches); `0` switches "

@@ -1,9 +1,11 @@
 """The driver side of one stateful operator: one micro-batch = one stage, one commit entry.
 
-The stateful stage runs exactly once per batch: its result is collected to the driver as Arrow
-(output rows and one meta row per partition in one pass), so no later action can recompute it
-and commit a second time; the sink then reads a DataFrame built from that Arrow data. The
-cost is that a batch's output must fit in the driver's memory (see docs/spark.md).
+The stateful stage runs exactly once per batch: one action brings its meta rows (one per
+partition: the new checkpoint and the task's statistics) to the driver, so no later action can
+recompute it and commit a second time. The output rows reach the sink by `outputMode`: "files"
+(each task wrote them once to a file named after its commit; the sink reads exactly the files
+of the validated attempts), "collect" (collected with the meta rows, so a batch's output must
+fit in the driver's memory) or "cache" (persisted on the executors). See docs/spark.md.
 """
 
 from __future__ import annotations
@@ -28,6 +30,12 @@ from pyspark_dstl.backend.spark.conf import DstlConf
 from pyspark_dstl.backend.spark.errors import CommitValidationError, PartitionCountError
 from pyspark_dstl.backend.spark.executor import store_cache
 from pyspark_dstl.backend.spark.initial_state import InitialState
+from pyspark_dstl.backend.spark.output_files import (
+    OutputPart,
+    StagedOutput,
+    delete_batch,
+    delete_before,
+)
 from pyspark_dstl.backend.spark.processor import AnyProcessor
 from pyspark_dstl.backend.spark.task import META_COLUMN, PARTITION_COLUMN, TaskPlan, stateful_task
 from pyspark_dstl.backend.spark.task_errors import stage_errors
@@ -77,6 +85,8 @@ class StageResult:
     seconds: float
     cached: Any = None  # outputMode "cache": the persisted stage result (with meta rows)
     clock: BatchClock | None = None
+    staged: StagedOutput | None = None  # outputMode "files": the committed attempts' files
+    driver_bytes: int = 0  # Arrow bytes the stage's action brought to the driver
 
     @property
     def output_rows(self) -> int:
@@ -185,6 +195,7 @@ class StatefulOperator:
         started = time.monotonic()
         base = base if base is not None else self.base_for(batch_id)
         spark = df.sparkSession
+        mode = self.conf.query.output_mode
         n = self.num_partitions(base, spark)
         keys = [F.col(name) for name in self.spec.key_columns]
         source = df
@@ -203,18 +214,21 @@ class StatefulOperator:
             bases={p: info.to_dict() for p, info in base.infos(self.spec.name).items()},
             time_mode=clock.mode, watermark_ms=clock.watermark_ms,
             event_time_column=self.spec.time.event_time_column,
-            late_threshold_ms=clock.late_threshold_ms)
-        result_schema = _result_struct(self.spec.output_schema)
+            late_threshold_ms=clock.late_threshold_ms, output_files=mode == "files")
+        result_schema = _result_struct(self.spec.output_schema, meta_only=plan.output_files)
         task = functools.partial(stateful_task, plan, self.spec.processor)
         mapped = keyed.mapInArrow(task, result_schema)
         output: pa.Table | None = None
         output_df: Any = None
-        if self.conf.query.output_mode == "collect":
+        driver_bytes = 0
+        if mode in ("collect", "files"):
             with stage_errors():
                 table = mapped.toArrow()
+            driver_bytes = table.nbytes
             meta_mask = pc.is_valid(table.column(META_COLUMN))
             metas = table.filter(meta_mask).column(META_COLUMN).to_pylist()
-            output = table.filter(pc.invert(meta_mask)).drop_columns([META_COLUMN])
+            if mode == "collect":
+                output = table.filter(pc.invert(meta_mask)).drop_columns([META_COLUMN])
         else:  # "cache": the first action fills the cache; the sink reads from it
             from pyspark import StorageLevel
 
@@ -224,6 +238,7 @@ class StatefulOperator:
                          .select(META_COLUMN).collect()]
         infos: dict[int, CheckpointInfo] = {}
         stats: dict[int, dict[str, Any]] = {}
+        parts: dict[int, OutputPart] = {}
         for text in metas:
             meta = json.loads(text)
             partition = int(meta["stats"]["partition"])
@@ -232,14 +247,30 @@ class StatefulOperator:
                                             f"partition {partition}")
             infos[partition] = CheckpointInfo.from_dict(meta["info"])
             stats[partition] = meta["stats"]
+            if "output" in meta:
+                parts[partition] = OutputPart.from_dict(meta["output"])
+        staged = None
+        if plan.output_files:
+            staged = StagedOutput(self.checkpoint, plan.settings, plan.output_schema,
+                                  tuple(parts[p] for p in sorted(parts)))
         result = StageResult(batch_id, base, n, output, infos, stats,
-                             time.monotonic() - started, output_df, clock)
+                             time.monotonic() - started, output_df, clock, staged, driver_bytes)
         try:
             self.validate(result)
         except CommitValidationError:
-            result.release()
+            self.release(result)
             raise
         return result
+
+    def release(self, result: StageResult) -> None:
+        """Let go of a batch's output once the batch is done (committed or given up): the
+        cached stage result, or every output file of the batch (also of attempts that were
+        not chosen)."""
+        result.release()
+        if result.staged is not None:
+            result.staged = None
+            fencing.hold(self).check(f"delete the output files of batch {result.batch_id}")
+            delete_batch(self._storage(), self.spec.name, result.batch_id)
 
     def _batch_time(self, base: Base, batch_id: int) -> int:
         """The batch's processing time: the wall clock, except for a batch the engine runs
@@ -258,6 +289,12 @@ class StatefulOperator:
         if missing:
             raise CommitValidationError(f"batch {result.batch_id}: no checkpoint from state "
                                         f"partition(s) {missing}")
+        if result.staged is not None:
+            written = {part.partition for part in result.staged.parts}
+            unnamed = sorted(set(result.infos) - written)
+            if unnamed:
+                raise CommitValidationError(f"batch {result.batch_id}: state partition(s) "
+                                            f"{unnamed} named no output file")
         for partition, info in sorted(result.infos.items()):
             before = previous.get(partition)
             expected = (before.version + 1, before.unique_id) if before else (1, None)
@@ -308,8 +345,11 @@ class StatefulOperator:
         return batch_metrics(result.stats, result.infos, result.base.infos(self.spec.name))
 
     def output_frame(self, spark: Any, result: StageResult) -> Any:
-        """The stage's output as a DataFrame for the sink: from the collected Arrow data, or
-        the cached stage result without its meta rows."""
+        """The stage's output as a DataFrame for the sink: read from the committed attempts'
+        files, from the collected Arrow data, or the cached stage result without its meta
+        rows."""
+        if result.staged is not None:
+            return result.staged.frame(spark, self.spec.output_schema)
         if result.cached is not None:
             return result.cached.where(result.cached[META_COLUMN].isNull()).drop(META_COLUMN)
         if result.output is None:
@@ -317,8 +357,9 @@ class StatefulOperator:
                                         f"already released")
         return spark.createDataFrame(result.output, schema=self.spec.output_schema)
 
-    def maybe_cleanup(self) -> int:
-        """Every `cleanupInterval` batches: delete what retained checkpoints no longer need."""
+    def maybe_cleanup(self, batch_id: int | None = None) -> int:
+        """Every `cleanupInterval` batches: delete what retained checkpoints no longer need,
+        and output files of batches before `batch_id` (attempts that finished late)."""
         interval = self.conf.query.cleanup_interval
         if interval == 0:
             return 0
@@ -326,9 +367,14 @@ class StatefulOperator:
         if self._batches_since_cleanup < interval:
             return 0
         self._batches_since_cleanup = 0
+        lease = fencing.hold(self)
         report = cleanup_checkpoint(self._storage(), self.conf.backend.min_batches_to_retain,
-                                    dry_run=False, lease=fencing.hold(self))
-        return len(report.files)
+                                    dry_run=False, lease=lease)
+        outputs = 0
+        if batch_id is not None:
+            lease.check(f"delete output files of batches before {batch_id}")
+            outputs = delete_before(self._storage(), self.spec.name, batch_id)
+        return len(report.files) + outputs
 
     def process_batch(self, df: Any, batch_id: int, sink: Any = None) -> BatchProgress:
         """Stage, sink, commit entry, cleanup: what foreachBatch calls for each batch."""
@@ -343,8 +389,8 @@ class StatefulOperator:
             path = self.commit(result)
             committed = time.monotonic()
         finally:
-            result.release()
-        deleted = self.maybe_cleanup()
+            self.release(result)
+        deleted = self.maybe_cleanup(batch_id)
         progress = _progress(result, path, commit_started - sink_started,
                              committed - commit_started, time.monotonic() - started, deleted)
         progress.metrics = self.metrics_of(result)
@@ -352,12 +398,16 @@ class StatefulOperator:
         return progress
 
 
-def _result_struct(output_schema: Any) -> Any:
-    """The output schema, all nullable (the meta rows hold nulls), plus the meta column."""
+def _result_struct(output_schema: Any, meta_only: bool = False) -> Any:
+    """The output schema, all nullable (the meta rows hold nulls), plus the meta column; the
+    meta column alone when the output goes to files."""
     from pyspark.sql.types import StringType, StructField, StructType
 
+    meta = StructField(META_COLUMN, StringType(), True)
+    if meta_only:
+        return StructType([meta])
     fields = [StructField(f.name, f.dataType, True, f.metadata) for f in output_schema.fields]
-    return StructType([*fields, StructField(META_COLUMN, StringType(), True)])
+    return StructType([*fields, meta])
 
 
 def _progress(result: StageResult, path: str, sink_seconds: float, commit_seconds: float,

@@ -2,7 +2,9 @@
 
 It loads the partition's store at the committed checkpoint shipped in the plan, runs the
 processor, commits, closes the processor, and returns its output rows followed by one row that
-carries the new CheckpointInfo and the task's statistics in the meta column.
+carries the new CheckpointInfo and the task's statistics in the meta column. With outputMode
+"files" it writes the output rows to one file after the commit and returns the meta row alone,
+naming that file.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pyspark_dstl.backend.spark import initial_state
 from pyspark_dstl.backend.spark.errors import PartitioningError
 from pyspark_dstl.backend.spark.event_time import drop_late_rows, max_event_time_ms
 from pyspark_dstl.backend.spark.executor import store_cache
+from pyspark_dstl.backend.spark.output_files import output_storage, part_path, write_part
 from pyspark_dstl.backend.spark.processor import AnyProcessor
 from pyspark_dstl.backend.spark.runner import BatchTimes, run_processor
 from pyspark_dstl.backend.spark.state import NO_TIME
@@ -49,6 +52,7 @@ class TaskPlan:
     watermark_ms: int = NO_TIME  # timers fire at or before it (event time)
     event_time_column: str | None = None
     late_threshold_ms: int | None = None  # rows at or before it are late and dropped
+    output_files: bool = False  # outputMode "files": write the output, return the meta only
 
     @property
     def times(self) -> BatchTimes:
@@ -56,9 +60,13 @@ class TaskPlan:
 
     @property
     def result_schema(self) -> pa.Schema:
-        """The output schema, all nullable, plus the meta column."""
+        """The output schema, all nullable, plus the meta column (the meta column alone when
+        the output goes to files)."""
+        meta = pa.field(META_COLUMN, pa.string())
+        if self.output_files:
+            return pa.schema([meta])
         fields = [f.with_nullable(True) for f in self.output_schema]
-        return pa.schema([*fields, pa.field(META_COLUMN, pa.string())])
+        return pa.schema([*fields, meta])
 
 
 def stateful_task(plan: TaskPlan, processor: AnyProcessor,
@@ -116,6 +124,15 @@ def _run_task(plan: TaskPlan, processor: AnyProcessor,
         metrics = dict(store.metrics())
         uploads = upload_delta(store_cache().backend(plan.settings)
                                .context(plan.checkpoint).storage)
+    written = None
+    if plan.output_files:  # after the commit, so output uploads never count as the state's
+        try:
+            written = write_part(output_storage(plan.checkpoint, plan.settings),
+                                 part_path(plan.operator, plan.batch_id, partition,
+                                           info.unique_id), partition, output)
+        except BaseException as exc:
+            _close_after_failure(processor, exc)
+            raise
     processor.close()  # after the commit: a failure here is a failure after committing
     stats = {
         "partition": partition,
@@ -138,6 +155,11 @@ def _run_task(plan: TaskPlan, processor: AnyProcessor,
         "upload": uploads,
     }
     schema = plan.result_schema
+    if written is not None:
+        meta = json.dumps({"info": info.to_dict(), "stats": stats,
+                           "output": written.to_dict()}, sort_keys=True)
+        yield pa.RecordBatch.from_arrays([pa.array([meta], pa.string())], schema=schema)
+        return
     for batch in output.to_batches():
         yield pa.RecordBatch.from_arrays(
             [*batch.columns, pa.nulls(batch.num_rows, pa.string())], schema=schema)

@@ -1,0 +1,185 @@
+"""outputMode "files": the stage's output goes to the checkpoint's storage, not to the driver.
+
+Each task writes its output rows once, as one Arrow IPC stream named after its store commit's
+unique id (`output/<operator>/<batch>/<partition>-<unique id>.arrows`, create-only), and
+reports the file, its rows and bytes in its meta row. The driver keeps one meta row per
+partition, as for the checkpoints, so the sink reads exactly the files of the attempts whose
+checkpoints it validated: a retried or speculative attempt wrote under another unique id and is
+never read. Reading the files does not run the stateful stage again, so every action of the
+sink sees the same rows. The files of a batch go once the batch is done (`delete_batch`), and
+files of attempts that finished later by `delete_before`.
+
+Output traffic uses its own ChangelogStorage per worker process, so the state's upload metrics
+(reported per task) count checkpoint uploads only.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import os
+import posixpath
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from pyspark_dstl.backend.options import BackendOptions
+from pyspark_dstl.backend.spark.errors import OutputFileError
+from pyspark_dstl.changelog.storage_service import ChangelogStorage
+
+OUTPUT_DIR = "output"
+SUFFIX = ".arrows"
+PART_ID_COLUMN = "id"
+
+
+def batch_prefix(operator: str, batch_id: int) -> str:
+    return f"{OUTPUT_DIR}/{operator}/{batch_id}/"
+
+
+def part_path(operator: str, batch_id: int, partition: int, unique_id: str) -> str:
+    return f"{batch_prefix(operator, batch_id)}{partition}-{unique_id}{SUFFIX}"
+
+
+@dataclass(frozen=True)
+class OutputPart:
+    """One task's output file as its meta row reports it; `path` None: no rows."""
+
+    partition: int
+    path: str | None
+    rows: int
+    bytes: int
+    write_seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"partition": self.partition, "path": self.path, "rows": self.rows,
+                "bytes": self.bytes, "write_seconds": self.write_seconds}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> OutputPart:
+        path = data.get("path")
+        return cls(int(data["partition"]), None if path is None else str(path),
+                   int(data["rows"]), int(data["bytes"]), float(data.get("write_seconds", 0)))
+
+
+# --- one storage per process and root, for output traffic only ----------------------------------
+
+_STORAGES: dict[tuple[int, str, tuple[tuple[str, str], ...]], ChangelogStorage] = {}
+_LOCK = threading.Lock()
+
+
+def output_storage(url: str, settings: Mapping[str, str]) -> ChangelogStorage:
+    """The process's storage for output files under checkpoint root `url`."""
+    key = (os.getpid(), url, tuple(sorted(settings.items())))
+    with _LOCK:
+        storage = _STORAGES.get(key)
+        if storage is None:
+            options = BackendOptions.from_conf(dict(settings))
+            storage = _STORAGES[key] = ChangelogStorage(url, options.changelog)
+            atexit.register(storage.close)
+        return storage
+
+
+# --- task side ------------------------------------------------------------------------------------
+
+def write_part(storage: ChangelogStorage, path: str, partition: int,
+               table: pa.Table) -> OutputPart:
+    """Write `table` once at `path` (create-only); an empty table writes nothing."""
+    if table.num_rows == 0:
+        return OutputPart(partition, None, 0, 0)
+    started = time.monotonic()
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    data = sink.getvalue().to_pybytes()
+    storage.put(path, data)
+    return OutputPart(partition, path, table.num_rows, len(data),
+                      time.monotonic() - started)
+
+
+# --- reading side (inside the sink's tasks) -------------------------------------------------------
+
+@dataclass(frozen=True)
+class StagedOutput:
+    """The committed attempts' output files of one batch: what the sink's DataFrame reads."""
+
+    url: str
+    settings: Mapping[str, str]
+    schema: pa.Schema
+    parts: tuple[OutputPart, ...]
+
+    @property
+    def files(self) -> tuple[OutputPart, ...]:
+        """The parts that hold rows, one Spark partition each when read."""
+        return tuple(part for part in self.parts if part.path is not None)
+
+    @property
+    def rows(self) -> int:
+        return sum(part.rows for part in self.parts)
+
+    def frame(self, spark: Any, spark_schema: Any) -> Any:
+        """A DataFrame over the files: one partition per file, read on the executors."""
+        files = self.files
+        if not files:
+            return spark.createDataFrame([], schema=spark_schema)
+        ids = spark.range(0, len(files), 1, len(files))
+        return ids.mapInArrow(functools.partial(read_parts, self), spark_schema)
+
+
+def read_parts(staged: StagedOutput,
+               batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow function: the rows of the files whose indices arrive in `batches`."""
+    storage = output_storage(staged.url, staged.settings)
+    files = staged.files
+    for batch in batches:
+        for index in batch.column(PART_ID_COLUMN).to_pylist():
+            yield from read_part(storage, files[index], staged.schema)
+
+
+def read_part(storage: ChangelogStorage, part: OutputPart,
+              schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """The record batches of one file, after checking its size, schema and row count."""
+    assert part.path is not None
+    data = storage.get(part.path)
+    if len(data) != part.bytes:
+        raise OutputFileError(f"output file {part.path!r}: {len(data)} bytes, its task "
+                              f"reported {part.bytes}")
+    try:
+        reader = pa.ipc.open_stream(pa.py_buffer(data))
+        if not reader.schema.equals(schema):
+            raise OutputFileError(f"output file {part.path!r}: schema {reader.schema} is not "
+                                  f"the output schema {schema}")
+        batches = list(reader)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise OutputFileError(f"output file {part.path!r} is not a readable Arrow IPC "
+                              f"stream: {exc}") from exc
+    rows = sum(batch.num_rows for batch in batches)
+    if rows != part.rows:
+        raise OutputFileError(f"output file {part.path!r}: {rows} rows, its task reported "
+                              f"{part.rows}")
+    yield from batches
+
+
+# --- driver side: removal -------------------------------------------------------------------------
+
+def delete_batch(storage: ChangelogStorage, operator: str, batch_id: int) -> int:
+    """Remove every output file of `batch_id` (committed attempts' and others'); how many."""
+    paths = [info.path for info in storage.list(batch_prefix(operator, batch_id))]
+    storage.delete_many(paths)
+    return len(paths)
+
+
+def delete_before(storage: ChangelogStorage, operator: str, batch_id: int) -> int:
+    """Remove output files of batches below `batch_id`: attempts that finished after their
+    batch was done (speculative or cut-off tasks), and batches of a driver that died."""
+    prefix = f"{OUTPUT_DIR}/{operator}/"
+    paths = []
+    for info in storage.list(prefix):
+        batch = posixpath.dirname(info.path[len(prefix):])
+        if batch.isdigit() and int(batch) < batch_id:
+            paths.append(info.path)
+    storage.delete_many(paths)
+    return len(paths)
