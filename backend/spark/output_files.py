@@ -150,8 +150,9 @@ def read_part(storage: ChangelogStorage, part: OutputPart,
     try:
         reader = pa.ipc.open_stream(pa.py_buffer(data))
         if not reader.schema.equals(schema):
-            raise OutputFileError(f"output file {part.path!r}: schema {reader.schema} is not "
-                                  f"the output schema {schema}")
+            raise OutputFileError(f"output file {part.path!r}: columns "
+                                  f"({_schema_text(reader.schema)}) are not the output "
+                                  f"schema's ({_schema_text(schema)})")
         batches = list(reader)
     except (pa.ArrowInvalid, OSError) as exc:
         raise OutputFileError(f"output file {part.path!r} is not a readable Arrow IPC "
@@ -161,6 +162,10 @@ def read_part(storage: ChangelogStorage, part: OutputPart,
         raise OutputFileError(f"output file {part.path!r}: {rows} rows, its task reported "
                               f"{part.rows}")
     yield from batches
+
+
+def _schema_text(schema: pa.Schema) -> str:
+    return ", ".join(f"{f.name} {f.type}" for f in schema)
 
 
 # --- driver side: removal -------------------------------------------------------------------------
