@@ -89,6 +89,10 @@ class StageResult:
     driver_bytes: int = 0  # Arrow bytes the stage's action brought to the driver
 
     @property
+    def output_file_bytes(self) -> int:
+        return sum(int(s.get("output_file_bytes", 0)) for s in self.stats.values())
+
+    @property
     def output_rows(self) -> int:
         return sum(int(s["output_rows"]) for s in self.stats.values())
 
@@ -121,6 +125,8 @@ class BatchProgress:
     late_rows: int = 0
     timers_fired: int = 0
     watermark_ms: int = -1
+    driver_bytes: int = 0  # Arrow bytes the stage's action brought to the driver
+    output_file_bytes: int = 0  # outputMode "files": bytes of the committed output files
     extra: dict[str, Any] = field(default_factory=dict)
     upload: UploadProgress = field(default_factory=UploadProgress)
     metrics: dict[str, float] = field(default_factory=dict)  # every metric, docs/spark.md
@@ -249,6 +255,8 @@ class StatefulOperator:
             stats[partition] = meta["stats"]
             if "output" in meta:
                 parts[partition] = OutputPart.from_dict(meta["output"])
+                stats[partition]["output_file_bytes"] = parts[partition].bytes
+                stats[partition]["output_write_seconds"] = parts[partition].write_seconds
         staged = None
         if plan.output_files:
             staged = StagedOutput(self.checkpoint, plan.settings, plan.output_schema,
@@ -431,4 +439,6 @@ def _progress(result: StageResult, path: str, sink_seconds: float, commit_second
         load_kinds=kinds, cleanup_deleted_files=deleted,
         late_rows=sum(int(s.get("late_rows", 0)) for s in stats),
         timers_fired=sum(int(s.get("timers_fired", 0)) for s in stats),
-        watermark_ms=result.clock.watermark_ms if result.clock is not None else -1)
+        watermark_ms=result.clock.watermark_ms if result.clock is not None else -1,
+        driver_bytes=result.driver_bytes,
+        output_file_bytes=result.output_file_bytes)
