@@ -1,6 +1,7 @@
 """outputMode "files" in real PySpark: the sink reads exactly the committed attempts' output
-files, retried attempts add no rows, the driver gets the meta rows only, the files go once the
-batch is done, and a batch run again after its commit gives the sink the same rows.
+files, retried attempts add no rows, the driver gets the meta rows only (and small outputs up
+to a bound), the files go once the batch is done, and a batch run again after its commit gives
+the sink the same rows.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from tests.support.spark import (
 
 pytestmark = pytest.mark.spark
 
-FILES = {"query.outputMode": "files"}
+FILES = {"query.outputMode": "files", "query.outputInlineBytes": "0"}  # every output a file
 
 
 def batch_frame(spark: Any, frame: Any) -> Any:
@@ -90,7 +91,7 @@ def test_the_driver_receives_the_meta_rows_only(spark: Any, tmp_path: Path) -> N
     for mode in ("files", "collect"):
         operator = (stateful(batch_frame(spark, frame)).group_by("user")
                     .process(CountProcessor(), COUNT_SCHEMA, checkpoint=str(tmp_path / mode),
-                             partitions=2, conf={"query.outputMode": mode}).operator)
+                             partitions=2, conf={**FILES, "query.outputMode": mode}).operator)
         result = operator.execute(batch_frame(spark, frame), 0)
         assert operator.output_frame(spark, result).count() == rows
         received[mode] = result.driver_bytes
@@ -162,3 +163,22 @@ def test_output_files_of_attempts_that_finished_late_go_at_cleanup(
     assert not late.exists()
     assert sum(p.cleanup_deleted_files for p in stream.progress) >= 1
     assert output_files(tmp_path / "ckpt") == []
+
+
+def test_small_outputs_come_with_the_meta_rows_and_write_no_file(spark: Any,
+                                                                  tmp_path: Path) -> None:
+    frames = make_batches(2, rows=300, keys=80, seed=26)
+    operator = (stateful(batch_frame(spark, frames[0])).group_by("user")
+                .process(CountProcessor(), COUNT_SCHEMA, checkpoint=str(tmp_path / "ckpt"),
+                         partitions=2, conf={"query.outputMode": "files",
+                                             "query.outputInlineBytes": "1m"}).operator)
+    for batch_id, frame in enumerate(frames):
+        result = operator.execute(batch_frame(spark, frame), batch_id)
+        assert output_files(tmp_path / "ckpt") == []
+        rows = operator.output_frame(spark, result).collect()
+        assert {row["user"]: row["count"] for row in rows} == latest_counts(
+            frames[: batch_id + 1])
+        assert len(rows) == len(latest_counts(frames[: batch_id + 1]))
+        operator.commit(result)
+        operator.release(result)
+    assert stored_counts(spark, str(tmp_path / "ckpt")) == count_model(frames)

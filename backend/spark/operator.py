@@ -220,8 +220,9 @@ class StatefulOperator:
             bases={p: info.to_dict() for p, info in base.infos(self.spec.name).items()},
             time_mode=clock.mode, watermark_ms=clock.watermark_ms,
             event_time_column=self.spec.time.event_time_column,
-            late_threshold_ms=clock.late_threshold_ms, output_files=mode == "files")
-        result_schema = _result_struct(self.spec.output_schema, meta_only=plan.output_files)
+            late_threshold_ms=clock.late_threshold_ms, output_files=mode == "files",
+            inline_bytes=self.conf.query.output_inline_bytes)
+        result_schema = _result_struct(self.spec.output_schema)
         task = functools.partial(stateful_task, plan, self.spec.processor)
         mapped = keyed.mapInArrow(task, result_schema)
         output: pa.Table | None = None
@@ -233,8 +234,7 @@ class StatefulOperator:
             driver_bytes = table.nbytes
             meta_mask = pc.is_valid(table.column(META_COLUMN))
             metas = table.filter(meta_mask).column(META_COLUMN).to_pylist()
-            if mode == "collect":
-                output = table.filter(pc.invert(meta_mask)).drop_columns([META_COLUMN])
+            output = table.filter(pc.invert(meta_mask)).drop_columns([META_COLUMN])
         else:  # "cache": the first action fills the cache; the sink reads from it
             from pyspark import StorageLevel
 
@@ -258,9 +258,10 @@ class StatefulOperator:
                 stats[partition]["output_file_bytes"] = parts[partition].bytes
                 stats[partition]["output_write_seconds"] = parts[partition].write_seconds
         staged = None
-        if plan.output_files:
+        if plan.output_files and output is not None:
             staged = StagedOutput(self.checkpoint, plan.settings, plan.output_schema,
-                                  tuple(parts[p] for p in sorted(parts)))
+                                  tuple(parts[p] for p in sorted(parts)), output)
+            output = None
         result = StageResult(batch_id, base, n, output, infos, stats,
                              time.monotonic() - started, output_df, clock, staged, driver_bytes)
         try:
@@ -303,6 +304,11 @@ class StatefulOperator:
             if unnamed:
                 raise CommitValidationError(f"batch {result.batch_id}: state partition(s) "
                                             f"{unnamed} named no output file")
+            if result.staged.inline.num_rows != result.staged.inline_rows:
+                raise CommitValidationError(
+                    f"batch {result.batch_id}: {result.staged.inline.num_rows} output rows "
+                    f"came with the meta rows, the tasks reported "
+                    f"{result.staged.inline_rows}")
         for partition, info in sorted(result.infos.items()):
             before = previous.get(partition)
             expected = (before.version + 1, before.unique_id) if before else (1, None)
@@ -406,16 +412,12 @@ class StatefulOperator:
         return progress
 
 
-def _result_struct(output_schema: Any, meta_only: bool = False) -> Any:
-    """The output schema, all nullable (the meta rows hold nulls), plus the meta column; the
-    meta column alone when the output goes to files."""
+def _result_struct(output_schema: Any) -> Any:
+    """The output schema, all nullable (the meta rows hold nulls), plus the meta column."""
     from pyspark.sql.types import StringType, StructField, StructType
 
-    meta = StructField(META_COLUMN, StringType(), True)
-    if meta_only:
-        return StructType([meta])
     fields = [StructField(f.name, f.dataType, True, f.metadata) for f in output_schema.fields]
-    return StructType([*fields, meta])
+    return StructType([*fields, StructField(META_COLUMN, StringType(), True)])
 
 
 def _progress(result: StageResult, path: str, sink_seconds: float, commit_seconds: float,

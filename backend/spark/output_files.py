@@ -7,7 +7,9 @@ partition, as for the checkpoints, so the sink reads exactly the files of the at
 checkpoints it validated: a retried or speculative attempt wrote under another unique id and is
 never read. Reading the files does not run the stateful stage again, so every action of the
 sink sees the same rows. The files of a batch go once the batch is done (`delete_batch`), and
-files of attempts that finished later by `delete_before`.
+files of attempts that finished later by `delete_before`. A task whose output is small (at
+most `outputInlineBytes`) returns it with its meta row instead, as in "collect" mode: a small
+batch then needs no second Spark job, and the driver receives at most partitions x that bound.
 
 Output traffic uses its own ChangelogStorage per worker process, so the state's upload metrics
 (reported per task) count checkpoint uploads only.
@@ -46,13 +48,18 @@ def part_path(operator: str, batch_id: int, partition: int, unique_id: str) -> s
 
 @dataclass(frozen=True)
 class OutputPart:
-    """One task's output file as its meta row reports it; `path` None: no rows."""
+    """One task's output as its meta row reports it: a file (`path`), or `inline` rows that
+    came with the meta row (`path` None)."""
 
     partition: int
     path: str | None
     rows: int
     bytes: int
     write_seconds: float = 0.0
+
+    @property
+    def inline(self) -> bool:
+        return self.path is None
 
     def to_dict(self) -> dict[str, Any]:
         return {"partition": self.partition, "path": self.path, "rows": self.rows,
@@ -85,11 +92,16 @@ def output_storage(url: str, settings: Mapping[str, str]) -> ChangelogStorage:
 
 # --- task side ------------------------------------------------------------------------------------
 
+def inline_part(partition: int, table: pa.Table) -> OutputPart:
+    """`table` goes with the meta row, no file."""
+    return OutputPart(partition, None, table.num_rows, 0)
+
+
 def write_part(storage: ChangelogStorage, path: str, partition: int,
                table: pa.Table) -> OutputPart:
     """Write `table` once at `path` (create-only); an empty table writes nothing."""
     if table.num_rows == 0:
-        return OutputPart(partition, None, 0, 0)
+        return inline_part(partition, table)
     started = time.monotonic()
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
@@ -103,40 +115,55 @@ def write_part(storage: ChangelogStorage, path: str, partition: int,
 # --- reading side (inside the sink's tasks) -------------------------------------------------------
 
 @dataclass(frozen=True)
+class FileSet:
+    """Output files to read, as plain data (it travels inside the reading tasks' closure)."""
+
+    url: str
+    settings: Mapping[str, str]
+    schema: pa.Schema
+    files: tuple[OutputPart, ...]
+
+
+@dataclass(frozen=True)
 class StagedOutput:
-    """The committed attempts' output files of one batch: what the sink's DataFrame reads."""
+    """One batch's output from the committed attempts: their files, and the small outputs
+    that came inline with the meta rows. What the sink's DataFrame reads."""
 
     url: str
     settings: Mapping[str, str]
     schema: pa.Schema
     parts: tuple[OutputPart, ...]
+    inline: pa.Table
 
     @property
     def files(self) -> tuple[OutputPart, ...]:
-        """The parts that hold rows, one Spark partition each when read."""
-        return tuple(part for part in self.parts if part.path is not None)
+        """The parts written to files, one Spark partition each when read."""
+        return tuple(part for part in self.parts if not part.inline)
 
     @property
-    def rows(self) -> int:
-        return sum(part.rows for part in self.parts)
+    def inline_rows(self) -> int:
+        """The rows the inline parts reported (the inline table must hold as many)."""
+        return sum(part.rows for part in self.parts if part.inline)
 
     def frame(self, spark: Any, spark_schema: Any) -> Any:
-        """A DataFrame over the files: one partition per file, read on the executors."""
-        files = self.files
-        if not files:
-            return spark.createDataFrame([], schema=spark_schema)
-        ids = spark.range(0, len(files), 1, len(files))
-        return ids.mapInArrow(functools.partial(read_parts, self), spark_schema)
+        """A DataFrame over the inline rows and the files, each file one partition read on
+        the executors."""
+        frames = []
+        if self.inline.num_rows or not self.files:
+            frames.append(spark.createDataFrame(self.inline, schema=spark_schema))
+        if self.files:
+            files = FileSet(self.url, self.settings, self.schema, self.files)
+            ids = spark.range(0, len(files.files), 1, len(files.files))
+            frames.append(ids.mapInArrow(functools.partial(read_parts, files), spark_schema))
+        return functools.reduce(lambda left, right: left.union(right), frames)
 
 
-def read_parts(staged: StagedOutput,
-               batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def read_parts(files: FileSet, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """mapInArrow function: the rows of the files whose indices arrive in `batches`."""
-    storage = output_storage(staged.url, staged.settings)
-    files = staged.files
+    storage = output_storage(files.url, files.settings)
     for batch in batches:
         for index in batch.column(PART_ID_COLUMN).to_pylist():
-            yield from read_part(storage, files[index], staged.schema)
+            yield from read_part(storage, files.files[index], files.schema)
 
 
 def read_part(storage: ChangelogStorage, part: OutputPart,

@@ -3,8 +3,8 @@
 It loads the partition's store at the committed checkpoint shipped in the plan, runs the
 processor, commits, closes the processor, and returns its output rows followed by one row that
 carries the new CheckpointInfo and the task's statistics in the meta column. With outputMode
-"files" it writes the output rows to one file after the commit and returns the meta row alone,
-naming that file.
+"files" it writes output rows larger than `inline_bytes` to one file after the commit and
+returns the meta row alone, naming that file.
 """
 
 from __future__ import annotations
@@ -23,7 +23,12 @@ from pyspark_dstl.backend.spark import initial_state
 from pyspark_dstl.backend.spark.errors import PartitioningError
 from pyspark_dstl.backend.spark.event_time import drop_late_rows, max_event_time_ms
 from pyspark_dstl.backend.spark.executor import store_cache
-from pyspark_dstl.backend.spark.output_files import output_storage, part_path, write_part
+from pyspark_dstl.backend.spark.output_files import (
+    inline_part,
+    output_storage,
+    part_path,
+    write_part,
+)
 from pyspark_dstl.backend.spark.processor import AnyProcessor
 from pyspark_dstl.backend.spark.runner import BatchTimes, run_processor
 from pyspark_dstl.backend.spark.state import NO_TIME
@@ -53,6 +58,7 @@ class TaskPlan:
     event_time_column: str | None = None
     late_threshold_ms: int | None = None  # rows at or before it are late and dropped
     output_files: bool = False  # outputMode "files": write the output, return the meta only
+    inline_bytes: int = 0  # outputMode "files": a smaller output comes with the meta row
 
     @property
     def times(self) -> BatchTimes:
@@ -60,13 +66,9 @@ class TaskPlan:
 
     @property
     def result_schema(self) -> pa.Schema:
-        """The output schema, all nullable, plus the meta column (the meta column alone when
-        the output goes to files)."""
-        meta = pa.field(META_COLUMN, pa.string())
-        if self.output_files:
-            return pa.schema([meta])
+        """The output schema, all nullable, plus the meta column."""
         fields = [f.with_nullable(True) for f in self.output_schema]
-        return pa.schema([*fields, meta])
+        return pa.schema([*fields, pa.field(META_COLUMN, pa.string())])
 
 
 def stateful_task(plan: TaskPlan, processor: AnyProcessor,
@@ -125,7 +127,9 @@ def _run_task(plan: TaskPlan, processor: AnyProcessor,
         uploads = upload_delta(store_cache().backend(plan.settings)
                                .context(plan.checkpoint).storage)
     written = None
-    if plan.output_files:  # after the commit, so output uploads never count as the state's
+    if plan.output_files and output.nbytes <= plan.inline_bytes:
+        written = inline_part(partition, output)
+    elif plan.output_files:  # after the commit, so output uploads never count as the state's
         try:
             written = write_part(output_storage(plan.checkpoint, plan.settings),
                                  part_path(plan.operator, plan.batch_id, partition,
@@ -155,15 +159,14 @@ def _run_task(plan: TaskPlan, processor: AnyProcessor,
         "upload": uploads,
     }
     schema = plan.result_schema
+    if written is None or written.inline:
+        for batch in output.to_batches():
+            yield pa.RecordBatch.from_arrays(
+                [*batch.columns, pa.nulls(batch.num_rows, pa.string())], schema=schema)
+    record = {"info": info.to_dict(), "stats": stats}
     if written is not None:
-        meta = json.dumps({"info": info.to_dict(), "stats": stats,
-                           "output": written.to_dict()}, sort_keys=True)
-        yield pa.RecordBatch.from_arrays([pa.array([meta], pa.string())], schema=schema)
-        return
-    for batch in output.to_batches():
-        yield pa.RecordBatch.from_arrays(
-            [*batch.columns, pa.nulls(batch.num_rows, pa.string())], schema=schema)
-    meta = json.dumps({"info": info.to_dict(), "stats": stats}, sort_keys=True)
+        record["output"] = written.to_dict()
+    meta = json.dumps(record, sort_keys=True)
     yield pa.RecordBatch.from_arrays(
         [pa.nulls(1, f.type) for f in plan.output_schema] + [pa.array([meta], pa.string())],
         schema=schema)
