@@ -20,6 +20,7 @@ from pyspark_dstl.backend.spark.output_files import (
     write_part,
 )
 from pyspark_dstl.changelog.errors import ChangelogError
+from pyspark_dstl.changelog.storage.base import md5_hex
 from pyspark_dstl.changelog.storage_service import ChangelogStorage
 
 SCHEMA = pa.schema([pa.field("user", pa.string()), pa.field("count", pa.int64())])
@@ -51,6 +52,12 @@ def replace(root: Path, part: OutputPart, data: bytes) -> OutputPart:
     return part
 
 
+def described(part: OutputPart, data: bytes) -> OutputPart:
+    """A meta row that describes `data` (size and checksum): what a task that wrote bad
+    bytes would report, so only the decoder stands between them and the sink."""
+    return OutputPart(part.partition, part.path, part.rows, len(data), md5=md5_hex(data))
+
+
 def test_a_file_reads_back_as_the_rows_written(storage: ChangelogStorage) -> None:
     part = written(storage)
     assert (part.path, part.rows) == ("output/stateful/3/1-uid-a.arrows", 1000)
@@ -78,19 +85,28 @@ def test_a_truncated_file_is_refused_naming_it(storage: ChangelogStorage,
         read(storage, part)
 
 
-def test_a_truncated_file_with_a_matching_size_is_refused(storage: ChangelogStorage,
-                                                          tmp_path: Path) -> None:
+def test_a_file_with_one_byte_changed_is_refused_by_its_checksum(
+        storage: ChangelogStorage, tmp_path: Path) -> None:
+    part = written(storage)
+    data = bytearray(storage.get(str(part.path)))
+    data[len(data) // 2] ^= 0x01
+    replace(tmp_path / "root", part, bytes(data))
+    with pytest.raises(OutputFileError, match=r"1-uid-a\.arrows': MD5 [0-9a-f]+ is not the "):
+        read(storage, part)
+
+
+def test_a_truncated_stream_described_as_written_is_refused(storage: ChangelogStorage,
+                                                            tmp_path: Path) -> None:
     part = written(storage)
     data = storage.get(str(part.path))[:-200]
     replace(tmp_path / "root", part, data)
-    lying = OutputPart(part.partition, part.path, part.rows, len(data))
-    with pytest.raises(OutputFileError, match=r"1-uid-a\.arrows"):
-        read(storage, lying)
+    with pytest.raises(OutputFileError, match=r"1-uid-a\.arrows' is not a readable Arrow"):
+        read(storage, described(part, data))
 
 
 def test_a_row_count_that_lies_is_refused(storage: ChangelogStorage) -> None:
     part = written(storage)
-    lying = OutputPart(part.partition, part.path, part.rows + 1, part.bytes)
+    lying = OutputPart(part.partition, part.path, part.rows + 1, part.bytes, md5=part.md5)
     with pytest.raises(OutputFileError, match=r"1-uid-a\.arrows.*1000 rows, its task reported "
                                               r"1001"):
         read(storage, lying)
@@ -110,7 +126,7 @@ def test_bytes_that_are_not_arrow_are_refused(storage: ChangelogStorage,
     garbage = bytes(range(256)) * (part.bytes // 256 + 1)
     replace(tmp_path / "root", part, garbage[: part.bytes])
     with pytest.raises(OutputFileError, match=r"1-uid-a\.arrows' is not a readable Arrow"):
-        read(storage, part)
+        read(storage, described(part, garbage[: part.bytes]))
 
 
 def test_a_huge_declared_length_is_refused_without_allocating_it(
@@ -121,7 +137,7 @@ def test_a_huge_declared_length_is_refused_without_allocating_it(
     data[4:8] = struct.pack("<i", 0x7FFF_FFF0)
     replace(tmp_path / "root", part, bytes(data))
     with pytest.raises(OutputFileError, match=r"1-uid-a\.arrows' is not a readable Arrow"):
-        read(storage, part)
+        read(storage, described(part, bytes(data)))
 
 
 def test_a_batch_s_files_go_and_later_batches_stay(storage: ChangelogStorage) -> None:

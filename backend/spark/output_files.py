@@ -31,6 +31,7 @@ import pyarrow as pa
 
 from pyspark_dstl.backend.options import BackendOptions
 from pyspark_dstl.backend.spark.errors import OutputFileError
+from pyspark_dstl.changelog.storage.base import md5_hex
 from pyspark_dstl.changelog.storage_service import ChangelogStorage
 
 OUTPUT_DIR = "output"
@@ -56,6 +57,7 @@ class OutputPart:
     rows: int
     bytes: int
     write_seconds: float = 0.0
+    md5: str = ""  # of the file's bytes, as the storage acknowledged them
 
     @property
     def inline(self) -> bool:
@@ -63,13 +65,14 @@ class OutputPart:
 
     def to_dict(self) -> dict[str, Any]:
         return {"partition": self.partition, "path": self.path, "rows": self.rows,
-                "bytes": self.bytes, "write_seconds": self.write_seconds}
+                "bytes": self.bytes, "write_seconds": self.write_seconds, "md5": self.md5}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> OutputPart:
         path = data.get("path")
         return cls(int(data["partition"]), None if path is None else str(path),
-                   int(data["rows"]), int(data["bytes"]), float(data.get("write_seconds", 0)))
+                   int(data["rows"]), int(data["bytes"]), float(data.get("write_seconds", 0)),
+                   str(data.get("md5", "")))
 
 
 # --- one storage per process and root, for output traffic only ----------------------------------
@@ -107,9 +110,9 @@ def write_part(storage: ChangelogStorage, path: str, partition: int,
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
     data = sink.getvalue().to_pybytes()
-    storage.put(path, data)
+    etag = storage.put(path, data)
     return OutputPart(partition, path, table.num_rows, len(data),
-                      time.monotonic() - started)
+                      time.monotonic() - started, etag)
 
 
 # --- reading side (inside the sink's tasks) -------------------------------------------------------
@@ -168,12 +171,17 @@ def read_parts(files: FileSet, batches: Iterator[pa.RecordBatch]) -> Iterator[pa
 
 def read_part(storage: ChangelogStorage, part: OutputPart,
               schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """The record batches of one file, after checking its size, schema and row count."""
+    """The record batches of one file, after checking its size, checksum, schema and row
+    count."""
     assert part.path is not None
     data = storage.get(part.path)
     if len(data) != part.bytes:
         raise OutputFileError(f"output file {part.path!r}: {len(data)} bytes, its task "
                               f"reported {part.bytes}")
+    digest = md5_hex(data)
+    if digest != part.md5:
+        raise OutputFileError(f"output file {part.path!r}: MD5 {digest} is not the "
+                              f"{part.md5} its task wrote (damaged on the storage?)")
     try:
         reader = pa.ipc.open_stream(pa.py_buffer(data))
         if not reader.schema.equals(schema):
