@@ -9,6 +9,10 @@ parquet, overwriting a per-batch directory):
   collect  outputMode "collect": every output row travels to the driver as Arrow
   floor    no state at all: the same read and the same sink (a constant count column)
 
+Then the same three on ordinary batches (20 files x 50,000 rows, the size of benchmark 6), where
+outputs are small enough to come inline with the meta rows in `files` mode: information on
+whether `files` is as fast as `collect` there, which decides the default.
+
 Measured: input rows per second over the whole run, and the driver's memory while it runs
 (Python RSS of the driver process and used heap of its JVM, sampled every 0.25 s; in local mode
 the executors share that JVM). The written outputs of the stateful runs are checked equal.
@@ -37,9 +41,10 @@ from benchmarks.plots import bar_plot, line_plot
 
 NAME = "spark_output"
 FULL: dict[str, Any] = {"files": 10, "rows_per_file": 1_000_000, "keys": 100_000,
-                        "partitions": 4, "warmup": True}
+                        "partitions": 4, "warmup": True,
+                        "small_files": 20, "small_rows_per_file": 50_000}
 QUICK: dict[str, Any] = {"files": 2, "rows_per_file": 2_000, "keys": 200, "partitions": 4,
-                         "warmup": False}
+                         "warmup": False, "small_files": 1, "small_rows_per_file": 300}
 MODES = {"floor": "no-state floor", "files": "outputMode files", "collect": "outputMode collect"}
 SAMPLE_SECONDS = 0.25
 MB = 1024 * 1024
@@ -166,7 +171,17 @@ def run_mode(spark: Any, mode: str, inputs: Path, work: Path, plan: dict[str, An
 
 
 def run_all(spark: Any, args: argparse.Namespace, plan: dict[str, Any], modes: list[str],
-            work: Path) -> dict[str, dict[str, Any]]:
+            work: Path) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    large = run_size(spark, args, plan, modes, work / "large")
+    small_plan = {**plan, "files": plan["small_files"],
+                  "rows_per_file": plan["small_rows_per_file"], "warmup": False}
+    small = run_size(spark, args, small_plan, modes, work / "small") \
+        if small_plan["files"] else {}
+    return large, small
+
+
+def run_size(spark: Any, args: argparse.Namespace, plan: dict[str, Any], modes: list[str],
+             work: Path) -> dict[str, dict[str, Any]]:
     files = make_inputs(work / "inputs", plan, args.seed)
     if plan["warmup"]:
         warm = make_inputs(work / "warm-inputs", {**plan, "files": 1, "rows_per_file": 500},
@@ -177,7 +192,8 @@ def run_all(spark: Any, args: argparse.Namespace, plan: dict[str, Any], modes: l
     results = {}
     for mode in modes:
         result = run_mode(spark, mode, files[0].parent, work / mode, plan)
-        print(f"  {MODES[mode]}: {result['rows'] / result['wall_seconds']:,.0f} rows/s in "
+        print(f"  {MODES[mode]}, {plan['files']} x {plan['rows_per_file']:,} rows: "
+              f"{result['rows'] / result['wall_seconds']:,.0f} rows/s in "
               f"{result['wall_seconds']:.1f} s; driver RSS +{result['rss_growth'] / MB:.0f} MB, "
               f"heap peak {result['heap_peak'] / MB:.0f} MB", flush=True)
         results[mode] = result
@@ -201,23 +217,28 @@ def batch_output_bytes(result: dict[str, Any]) -> int:
     return max([*result.get("output_file_bytes", []), *result.get("driver_bytes", []), 0])
 
 
-def tabulate(report: Report, results: dict[str, dict[str, Any]], plan: dict[str, Any]) -> None:
+def tabulate(report: Report, results: dict[str, dict[str, Any]], plan: dict[str, Any],
+             goal: bool = True) -> None:
     floor = results.get("floor")
     floor_rate = floor["rows"] / floor["wall_seconds"] if floor else float("nan")
+    collect = results.get("collect")
+    collect_rate = collect["rows"] / collect["wall_seconds"] if collect else float("nan")
     rows = []
     for mode, r in results.items():
         rate = r["rows"] / r["wall_seconds"]
         rows.append([MODES[mode], r["rows"], r["wall_seconds"], rate, ratio(rate, floor_rate),
+                     ratio(rate, collect_rate),
                      max(r.get("driver_bytes", [0])) / MB, batch_output_bytes(r) / MB,
                      r["rss_growth"] / MB, r["heap_start"] / MB, r["heap_peak"] / MB])
     report.table(f"Output as large as the input in PySpark local[2]: {plan['files']} files x "
                  f"{plan['rows_per_file']:,} rows, {plan['keys']:,} keys, "
                  f"{plan['partitions']} state partitions, sink writes parquet",
-                 ["run", "rows", "wall s", "rows/s", "vs floor", "to driver MB/batch",
+                 ["run", "rows", "wall s", "rows/s", "vs floor", "vs collect",
+                  "to driver MB/batch",
                   "output MB/batch", "driver RSS growth MB", "JVM heap start MB",
                   "JVM heap peak MB"], rows)
     default = default_mode()
-    if floor is None or default not in results:
+    if not goal or floor is None or default not in results:
         return
     run = results[default]
     value = ratio(run["rows"] / run["wall_seconds"], floor_rate)
@@ -268,7 +289,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                               extra={"spark.sql.shuffle.partitions": str(plan["partitions"])})
         try:
             with profiled(args):
-                results = run_all(spark, args, plan, modes, work)
+                results, small = run_all(spark, args, plan, modes, work)
         finally:
             spark.stop()
     check_outputs(report, results, plan["files"] * plan["rows_per_file"])
@@ -276,7 +297,12 @@ def main(argv: Sequence[str] | None = None) -> None:
                 "figures include the executors' work (local mode shares the JVM); driver RSS "
                 "growth is the peak over the run minus the value at its start")
     tabulate(report, results, plan)
-    report.put("samples", {m: {k: v for k, v in r.items()} for m, r in results.items()})
+    if small:
+        check_outputs(report, small, plan["small_files"] * plan["small_rows_per_file"])
+        tabulate(report, small, {**plan, "files": plan["small_files"],
+                                 "rows_per_file": plan["small_rows_per_file"]}, goal=False)
+    report.put("samples", results)
+    report.put("small_samples", small)
     bar_plot(report, [MODES[m] for m in results], {"rows/s": [
         results[m]["rows"] / results[m]["wall_seconds"] for m in results]},
         f"Output as large as the input: {plan['files']} x {plan['rows_per_file']:,} rows, "

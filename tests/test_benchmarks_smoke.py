@@ -184,6 +184,7 @@ def test_spark_output_runs_every_mode_and_the_stateful_outputs_agree(runs: Runs)
         run = result["samples"][mode]
         assert run["written"][0] == 500 and run["batches"] == 1
         assert run["rss_mb_series"]
+        assert result["small_samples"][mode]["written"][0] == 300
     assert [goal["benchmark"] for goal in result["goals"]] == [
         "8. output as large as input (default outputMode files)"]
     assert (out / "spark_output.png").stat().st_size > 0
