@@ -276,8 +276,9 @@ class StatefulOperator:
         cached stage result, or every output file of the batch (also of attempts that were
         not chosen)."""
         result.release()
-        if result.staged is not None:
-            result.staged = None
+        staged, result.staged = result.staged, None
+        if staged is not None and staged.files:  # all inline: attempts that wrote files
+            # anyway go with the next cleanup, without two more requests per batch here
             fencing.hold(self).check(f"delete the output files of batch {result.batch_id}")
             delete_batch(self._storage(), self.spec.name, result.batch_id)
 
