@@ -119,7 +119,7 @@ def _short(value: float) -> str:
 
 def line_plot(report: Report, x: Sequence[float], lines: Mapping[str, Sequence[float]],
               title: str, xlabel: str, ylabel: str, hline: float | None = None,
-              hline_label: str = "") -> None:
+              hline_label: str = "", suffix: str = "") -> None:
     plt = _pyplot()
     figure, axis = plt.subplots(figsize=(7, 4.5))
     for color, (label, values) in zip(COLORS, lines.items(), strict=False):
@@ -131,4 +131,4 @@ def line_plot(report: Report, x: Sequence[float], lines: Mapping[str, Sequence[f
     axis.set_title(title)
     axis.grid(True, alpha=0.3)
     axis.legend()
-    _save(report, figure)
+    _save(report, figure, suffix)

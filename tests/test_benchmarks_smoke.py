@@ -30,6 +30,7 @@ TINY = {
     "space": ["--keys", "400", "--batches", "12"],
     "spark_e2e": ["--modes", "a2,b", "--files", "1"],
     "spark_timers": ["--modes", "vectorized,tws", "--keys", "400", "--fire-batches", "2"],
+    "spark_output": ["--files", "1", "--rows-per-file", "500"],
 }
 SCRIPT_TIMEOUT = 240
 
@@ -179,6 +180,22 @@ def test_spark_timers_fire_the_same_timers_in_every_contender(runs: Runs) -> Non
         "7. PySpark timers (a) dstl vectorized"]
     assert set(result["in_process"]) == {"vectorized"}
     assert (out / "spark_timers.png").stat().st_size > 0
+
+
+@pytest.mark.spark
+def test_spark_output_runs_every_mode_and_the_stateful_outputs_agree(runs: Runs) -> None:
+    result, out = runs.result("spark_output")
+    assert set(result["samples"]) == {"floor", "files", "collect"}
+    assert any(note.startswith("written outputs agree") for note in result["notes"])
+    for mode in ("files", "collect"):
+        run = result["samples"][mode]
+        assert run["written"][0] == 500 and run["batches"] == 1
+        assert run["rss_mb_series"]
+        assert result["small_samples"][mode]["written"][0] == 300
+    assert [goal["benchmark"] for goal in result["goals"]] == [
+        "8. output as large as input (default outputMode files)"]
+    assert (out / "spark_output.png").stat().st_size > 0
+    assert (out / "spark_output_series.png").stat().st_size > 0
 
 
 def test_latency_model_is_reproducible_and_has_the_configured_tail() -> None:

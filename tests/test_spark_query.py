@@ -5,7 +5,6 @@ stages, restarts, materialization and cleanup; settings and partition checks; th
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,40 +22,17 @@ from tests.support.spark import (
     INPUT_SCHEMA,
     CountProcessor,
     FailAfterCommitProcessor,
+    Outputs,
     VectorizedCountProcessor,
     count_model,
     file_stream,
     make_batches,
+    run_files,
     stored_counts,
     write_batches,
 )
 
 pytestmark = pytest.mark.spark
-
-Outputs = dict[int, dict[str, int]]
-
-
-def collecting_sink(outputs: Outputs) -> Callable[[Any, int], None]:
-    """An idempotent sink: a replayed batch id replaces what that batch wrote before."""
-
-    def sink(df: Any, batch_id: int) -> None:
-        outputs[batch_id] = {row["user"]: row["count"] for row in df.collect()}
-
-    return sink
-
-
-def run_files(spark: Any, inputs: Path, checkpoint: Path, processor: Any = None,
-              outputs: Outputs | None = None, **process_args: Any) -> StatefulStream:
-    """Run a stream over every file in `inputs` (one per batch) until it has read them all."""
-    stream = (stateful(file_stream(spark, inputs)).group_by("user")
-              .process(processor or CountProcessor(), COUNT_SCHEMA,
-                       checkpoint=str(checkpoint), **process_args)
-              .foreach_batch(collecting_sink(outputs if outputs is not None else {})))
-    query = stream.start(trigger={"availableNow": True})
-    query.awaitTermination()
-    assert query.exception() is None
-    return stream
-
 
 def batch_frame(spark: Any, frame: Any) -> Any:
     return spark.createDataFrame(frame, schema=INPUT_SCHEMA)

@@ -16,6 +16,7 @@ from pyspark_dstl.core.errors import ConfigError
 from pyspark_dstl.core.settings import (
     BOOL,
     INT,
+    SIZE,
     TEXT,
     WORD,
     Options,
@@ -27,7 +28,8 @@ from pyspark_dstl.core.settings import (
 
 QUERY_SECTION = "query."
 QUERY_PREFIX = CONF_PREFIX + QUERY_SECTION
-OUTPUT_MODES = ("collect", "cache")
+OUTPUT_MODES = ("collect", "files", "cache")
+MB = 1024 * 1024
 PLAIN_NAME = Rule("be a non-empty name without '/' or '..'",
                   lambda name: "/" not in name and ".." not in name)
 
@@ -55,10 +57,18 @@ class QueryOptions(Options):
         "The operator's directory under `state/` and its name in the commit log.",
         rule=PLAIN_NAME)
     output_mode: str = setting(
-        "outputMode", WORD, "collect",
+        "outputMode", WORD, "files",
         "How the stateful stage's output reaches the sink, computed once per batch: "
-        "`collect` (Arrow to the driver) or `cache` (persisted on the executors, for large "
-        "outputs).", choices=OUTPUT_MODES)
+        "`files` (each task writes its output once under "
+        "the checkpoint, the sink reads the committed attempts' files; scales with the "
+        "cluster), `collect` (every row to the driver as Arrow) or `cache` (persisted on the "
+        "executors; a lost block runs the stage again).", choices=OUTPUT_MODES)
+    output_inline_bytes: int = setting(
+        "outputInlineBytes", SIZE, 1 * MB,
+        "`files` output mode: a task whose output is at most this size (Arrow bytes) returns "
+        "it with its meta row instead of writing a file, which saves small batches a Spark "
+        "job; the driver receives at most partitions x this per batch. `0` writes every "
+        "output to a file.", at_least=0)
     cleanup_interval: int = setting(
         "cleanupInterval", INT, 10,
         "Run retention cleanup on the driver every N batches (between batches); `0` switches "

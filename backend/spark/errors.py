@@ -43,3 +43,8 @@ class OutputSchemaError(DstlSparkError, ValueError):
 
 class TimerError(DstlSparkError, ValueError):
     """A timer call is invalid: no time mode, no current key, or an expiry in the past."""
+
+
+class OutputFileError(DstlSparkError):
+    """A task's output file (outputMode "files") is missing, damaged or not what its task
+    reported; names the file."""

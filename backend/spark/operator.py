@@ -1,9 +1,11 @@
 """The driver side of one stateful operator: one micro-batch = one stage, one commit entry.
 
-The stateful stage runs exactly once per batch: its result is collected to the driver as Arrow
-(output rows and one meta row per partition in one pass), so no later action can recompute it
-and commit a second time; the sink then reads a DataFrame built from that Arrow data. The
-cost is that a batch's output must fit in the driver's memory (see docs/spark.md).
+The stateful stage runs exactly once per batch: one action brings its meta rows (one per
+partition: the new checkpoint and the task's statistics) to the driver, so no later action can
+recompute it and commit a second time. The output rows reach the sink by `outputMode`: "files"
+(each task wrote them once to a file named after its commit; the sink reads exactly the files
+of the validated attempts), "collect" (collected with the meta rows, so a batch's output must
+fit in the driver's memory) or "cache" (persisted on the executors). See docs/spark.md.
 """
 
 from __future__ import annotations
@@ -28,6 +30,12 @@ from pyspark_dstl.backend.spark.conf import DstlConf
 from pyspark_dstl.backend.spark.errors import CommitValidationError, PartitionCountError
 from pyspark_dstl.backend.spark.executor import store_cache
 from pyspark_dstl.backend.spark.initial_state import InitialState
+from pyspark_dstl.backend.spark.output_files import (
+    OutputPart,
+    StagedOutput,
+    delete_batch,
+    delete_before,
+)
 from pyspark_dstl.backend.spark.processor import AnyProcessor
 from pyspark_dstl.backend.spark.task import META_COLUMN, PARTITION_COLUMN, TaskPlan, stateful_task
 from pyspark_dstl.backend.spark.task_errors import stage_errors
@@ -77,6 +85,12 @@ class StageResult:
     seconds: float
     cached: Any = None  # outputMode "cache": the persisted stage result (with meta rows)
     clock: BatchClock | None = None
+    staged: StagedOutput | None = None  # outputMode "files": the committed attempts' files
+    driver_bytes: int = 0  # Arrow bytes the stage's action brought to the driver
+
+    @property
+    def output_file_bytes(self) -> int:
+        return sum(int(s.get("output_file_bytes", 0)) for s in self.stats.values())
 
     @property
     def output_rows(self) -> int:
@@ -111,6 +125,8 @@ class BatchProgress:
     late_rows: int = 0
     timers_fired: int = 0
     watermark_ms: int = -1
+    driver_bytes: int = 0  # Arrow bytes the stage's action brought to the driver
+    output_file_bytes: int = 0  # outputMode "files": bytes of the committed output files
     extra: dict[str, Any] = field(default_factory=dict)
     upload: UploadProgress = field(default_factory=UploadProgress)
     metrics: dict[str, float] = field(default_factory=dict)  # every metric, docs/spark.md
@@ -185,6 +201,7 @@ class StatefulOperator:
         started = time.monotonic()
         base = base if base is not None else self.base_for(batch_id)
         spark = df.sparkSession
+        mode = self.conf.query.output_mode
         n = self.num_partitions(base, spark)
         keys = [F.col(name) for name in self.spec.key_columns]
         source = df
@@ -203,15 +220,18 @@ class StatefulOperator:
             bases={p: info.to_dict() for p, info in base.infos(self.spec.name).items()},
             time_mode=clock.mode, watermark_ms=clock.watermark_ms,
             event_time_column=self.spec.time.event_time_column,
-            late_threshold_ms=clock.late_threshold_ms)
+            late_threshold_ms=clock.late_threshold_ms, output_files=mode == "files",
+            inline_bytes=self.conf.query.output_inline_bytes)
         result_schema = _result_struct(self.spec.output_schema)
         task = functools.partial(stateful_task, plan, self.spec.processor)
         mapped = keyed.mapInArrow(task, result_schema)
         output: pa.Table | None = None
         output_df: Any = None
-        if self.conf.query.output_mode == "collect":
+        driver_bytes = 0
+        if mode in ("collect", "files"):
             with stage_errors():
                 table = mapped.toArrow()
+            driver_bytes = table.nbytes
             meta_mask = pc.is_valid(table.column(META_COLUMN))
             metas = table.filter(meta_mask).column(META_COLUMN).to_pylist()
             output = table.filter(pc.invert(meta_mask)).drop_columns([META_COLUMN])
@@ -224,6 +244,7 @@ class StatefulOperator:
                          .select(META_COLUMN).collect()]
         infos: dict[int, CheckpointInfo] = {}
         stats: dict[int, dict[str, Any]] = {}
+        parts: dict[int, OutputPart] = {}
         for text in metas:
             meta = json.loads(text)
             partition = int(meta["stats"]["partition"])
@@ -232,14 +253,34 @@ class StatefulOperator:
                                             f"partition {partition}")
             infos[partition] = CheckpointInfo.from_dict(meta["info"])
             stats[partition] = meta["stats"]
+            if "output" in meta:
+                parts[partition] = OutputPart.from_dict(meta["output"])
+                stats[partition]["output_file_bytes"] = parts[partition].bytes
+                stats[partition]["output_write_seconds"] = parts[partition].write_seconds
+        staged = None
+        if plan.output_files and output is not None:
+            staged = StagedOutput(self.checkpoint, plan.settings, plan.output_schema,
+                                  tuple(parts[p] for p in sorted(parts)), output)
+            output = None
         result = StageResult(batch_id, base, n, output, infos, stats,
-                             time.monotonic() - started, output_df, clock)
+                             time.monotonic() - started, output_df, clock, staged, driver_bytes)
         try:
             self.validate(result)
         except CommitValidationError:
-            result.release()
+            self.release(result)
             raise
         return result
+
+    def release(self, result: StageResult) -> None:
+        """Let go of a batch's output once the batch is done (committed or given up): the
+        cached stage result, or every output file of the batch (also of attempts that were
+        not chosen)."""
+        result.release()
+        staged, result.staged = result.staged, None
+        if staged is not None and staged.files:  # all inline: attempts that wrote files
+            # anyway go with the next cleanup, without two more requests per batch here
+            fencing.hold(self).check(f"delete the output files of batch {result.batch_id}")
+            delete_batch(self._storage(), self.spec.name, result.batch_id)
 
     def _batch_time(self, base: Base, batch_id: int) -> int:
         """The batch's processing time: the wall clock, except for a batch the engine runs
@@ -258,6 +299,17 @@ class StatefulOperator:
         if missing:
             raise CommitValidationError(f"batch {result.batch_id}: no checkpoint from state "
                                         f"partition(s) {missing}")
+        if result.staged is not None:
+            written = {part.partition for part in result.staged.parts}
+            unnamed = sorted(set(result.infos) - written)
+            if unnamed:
+                raise CommitValidationError(f"batch {result.batch_id}: state partition(s) "
+                                            f"{unnamed} named no output file")
+            if result.staged.inline.num_rows != result.staged.inline_rows:
+                raise CommitValidationError(
+                    f"batch {result.batch_id}: {result.staged.inline.num_rows} output rows "
+                    f"came with the meta rows, the tasks reported "
+                    f"{result.staged.inline_rows}")
         for partition, info in sorted(result.infos.items()):
             before = previous.get(partition)
             expected = (before.version + 1, before.unique_id) if before else (1, None)
@@ -308,8 +360,11 @@ class StatefulOperator:
         return batch_metrics(result.stats, result.infos, result.base.infos(self.spec.name))
 
     def output_frame(self, spark: Any, result: StageResult) -> Any:
-        """The stage's output as a DataFrame for the sink: from the collected Arrow data, or
-        the cached stage result without its meta rows."""
+        """The stage's output as a DataFrame for the sink: read from the committed attempts'
+        files, from the collected Arrow data, or the cached stage result without its meta
+        rows."""
+        if result.staged is not None:
+            return result.staged.frame(spark, self.spec.output_schema)
         if result.cached is not None:
             return result.cached.where(result.cached[META_COLUMN].isNull()).drop(META_COLUMN)
         if result.output is None:
@@ -317,8 +372,9 @@ class StatefulOperator:
                                         f"already released")
         return spark.createDataFrame(result.output, schema=self.spec.output_schema)
 
-    def maybe_cleanup(self) -> int:
-        """Every `cleanupInterval` batches: delete what retained checkpoints no longer need."""
+    def maybe_cleanup(self, batch_id: int | None = None) -> int:
+        """Every `cleanupInterval` batches: delete what retained checkpoints no longer need,
+        and output files of batches before `batch_id` (attempts that finished late)."""
         interval = self.conf.query.cleanup_interval
         if interval == 0:
             return 0
@@ -326,9 +382,14 @@ class StatefulOperator:
         if self._batches_since_cleanup < interval:
             return 0
         self._batches_since_cleanup = 0
+        lease = fencing.hold(self)
         report = cleanup_checkpoint(self._storage(), self.conf.backend.min_batches_to_retain,
-                                    dry_run=False, lease=fencing.hold(self))
-        return len(report.files)
+                                    dry_run=False, lease=lease)
+        outputs = 0
+        if batch_id is not None:
+            lease.check(f"delete output files of batches before {batch_id}")
+            outputs = delete_before(self._storage(), self.spec.name, batch_id)
+        return len(report.files) + outputs
 
     def process_batch(self, df: Any, batch_id: int, sink: Any = None) -> BatchProgress:
         """Stage, sink, commit entry, cleanup: what foreachBatch calls for each batch."""
@@ -343,8 +404,8 @@ class StatefulOperator:
             path = self.commit(result)
             committed = time.monotonic()
         finally:
-            result.release()
-        deleted = self.maybe_cleanup()
+            self.release(result)
+        deleted = self.maybe_cleanup(batch_id)
         progress = _progress(result, path, commit_started - sink_started,
                              committed - commit_started, time.monotonic() - started, deleted)
         progress.metrics = self.metrics_of(result)
@@ -381,4 +442,6 @@ def _progress(result: StageResult, path: str, sink_seconds: float, commit_second
         load_kinds=kinds, cleanup_deleted_files=deleted,
         late_rows=sum(int(s.get("late_rows", 0)) for s in stats),
         timers_fired=sum(int(s.get("timers_fired", 0)) for s in stats),
-        watermark_ms=result.clock.watermark_ms if result.clock is not None else -1)
+        watermark_ms=result.clock.watermark_ms if result.clock is not None else -1,
+        driver_bytes=result.driver_bytes,
+        output_file_bytes=result.output_file_bytes)

@@ -2,7 +2,9 @@
 
 It loads the partition's store at the committed checkpoint shipped in the plan, runs the
 processor, commits, closes the processor, and returns its output rows followed by one row that
-carries the new CheckpointInfo and the task's statistics in the meta column.
+carries the new CheckpointInfo and the task's statistics in the meta column. With outputMode
+"files" it writes output rows larger than `inline_bytes` to one file after the commit and
+returns the meta row alone, naming that file.
 """
 
 from __future__ import annotations
@@ -21,6 +23,12 @@ from pyspark_dstl.backend.spark import initial_state
 from pyspark_dstl.backend.spark.errors import PartitioningError
 from pyspark_dstl.backend.spark.event_time import drop_late_rows, max_event_time_ms
 from pyspark_dstl.backend.spark.executor import store_cache
+from pyspark_dstl.backend.spark.output_files import (
+    inline_part,
+    output_storage,
+    part_path,
+    write_part,
+)
 from pyspark_dstl.backend.spark.processor import AnyProcessor
 from pyspark_dstl.backend.spark.runner import BatchTimes, run_processor
 from pyspark_dstl.backend.spark.state import NO_TIME
@@ -49,6 +57,8 @@ class TaskPlan:
     watermark_ms: int = NO_TIME  # timers fire at or before it (event time)
     event_time_column: str | None = None
     late_threshold_ms: int | None = None  # rows at or before it are late and dropped
+    output_files: bool = False  # outputMode "files": write the output, return the meta only
+    inline_bytes: int = 0  # outputMode "files": a smaller output comes with the meta row
 
     @property
     def times(self) -> BatchTimes:
@@ -116,6 +126,17 @@ def _run_task(plan: TaskPlan, processor: AnyProcessor,
         metrics = dict(store.metrics())
         uploads = upload_delta(store_cache().backend(plan.settings)
                                .context(plan.checkpoint).storage)
+    written = None
+    if plan.output_files and output.nbytes <= plan.inline_bytes:
+        written = inline_part(partition, output)
+    elif plan.output_files:  # after the commit, so output uploads never count as the state's
+        try:
+            written = write_part(output_storage(plan.checkpoint, plan.settings),
+                                 part_path(plan.operator, plan.batch_id, partition,
+                                           info.unique_id), partition, output)
+        except BaseException as exc:
+            _close_after_failure(processor, exc)
+            raise
     processor.close()  # after the commit: a failure here is a failure after committing
     stats = {
         "partition": partition,
@@ -138,10 +159,14 @@ def _run_task(plan: TaskPlan, processor: AnyProcessor,
         "upload": uploads,
     }
     schema = plan.result_schema
-    for batch in output.to_batches():
-        yield pa.RecordBatch.from_arrays(
-            [*batch.columns, pa.nulls(batch.num_rows, pa.string())], schema=schema)
-    meta = json.dumps({"info": info.to_dict(), "stats": stats}, sort_keys=True)
+    if written is None or written.inline:
+        for batch in output.to_batches():
+            yield pa.RecordBatch.from_arrays(
+                [*batch.columns, pa.nulls(batch.num_rows, pa.string())], schema=schema)
+    record = {"info": info.to_dict(), "stats": stats}
+    if written is not None:
+        record["output"] = written.to_dict()
+    meta = json.dumps(record, sort_keys=True)
     yield pa.RecordBatch.from_arrays(
         [pa.nulls(1, f.type) for f in plan.output_schema] + [pa.array([meta], pa.string())],
         schema=schema)

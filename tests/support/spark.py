@@ -10,14 +10,16 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from pyspark_dstl.backend.spark import (
     StatefulProcessor,
     StatefulProcessorHandle,
+    StatefulStream,
     VectorizedStatefulProcessor,
+    stateful,
 )
 
 DEFAULT_MASTER = "local[2,4]"
@@ -174,6 +176,33 @@ class FailAfterCommitProcessor(CountProcessor):
         context = TaskContext.get()
         if self.partition == 0 and context is not None and context.attemptNumber() == 0:
             raise RuntimeError("injected failure after the commit of attempt 0")
+
+
+# --- running a stream over files, with a sink that keeps each batch's output ---------------
+
+Outputs = dict[int, dict[str, int]]
+
+
+def collecting_sink(outputs: Outputs) -> Callable[[Any, int], None]:
+    """An idempotent sink: a replayed batch id replaces what that batch wrote before."""
+
+    def sink(df: Any, batch_id: int) -> None:
+        outputs[batch_id] = {row["user"]: row["count"] for row in df.collect()}
+
+    return sink
+
+
+def run_files(spark: Any, inputs: Path, checkpoint: Path, processor: Any = None,
+              outputs: Outputs | None = None, **process_args: Any) -> StatefulStream:
+    """Run a stream over every file in `inputs` (one per batch) until it has read them all."""
+    stream = (stateful(file_stream(spark, inputs)).group_by("user")
+              .process(processor or CountProcessor(), COUNT_SCHEMA,
+                       checkpoint=str(checkpoint), **process_args)
+              .foreach_batch(collecting_sink(outputs if outputs is not None else {})))
+    query = stream.start(trigger={"availableNow": True})
+    query.awaitTermination()
+    assert query.exception() is None
+    return stream
 
 
 # --- a standalone cluster on loopback, for the worker-loss test ------------------------------
