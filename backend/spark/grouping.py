@@ -15,6 +15,7 @@ import pandas as pd
 import pyarrow as pa
 
 from pyspark_dstl.backend.spark.codec import encode_key
+from pyspark_dstl.backend.spark.key_columns import encode_key_columns
 
 
 class Keys(Sequence[tuple[Any, ...]]):
@@ -69,7 +70,9 @@ class KeyedBatch:
         first_rows = pa.array(self.offsets[:-1])
         self.key_table: pa.Table = self.table.select(list(self.key_columns)).take(first_rows)
         columns = [self.key_table.column(i).to_pylist() for i in range(len(self.key_columns))]
-        self.keys = Keys(list(zip(*columns, strict=True)) if columns else [])
+        self.keys = Keys(list(zip(*columns, strict=True)) if columns else [],
+                         encode_key_columns(self.key_table.columns) if len(self.key_table)
+                         else None)
 
     def __len__(self) -> int:
         """The number of distinct keys."""
