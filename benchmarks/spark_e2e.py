@@ -215,32 +215,34 @@ def warm_up(spark: Any, modes: list[str], plan: dict[str, Any], work: Path, seed
 def run_all(spark: Any, args: argparse.Namespace, plan: dict[str, Any], modes: list[str],
             work: Path) -> tuple[dict[str, dict[str, Any]], dict[str, list[Checksums]],
                                  list[str]]:
-    """Every mode's best round (the slow ones run once), then its restart on one more file."""
+    """Each fast mode's best of `rounds` (round by round across the modes, so a change in the
+    machine's load touches all of them alike), the slow ones once; then every mode's restart
+    on one more file."""
     files = make_inputs(work / "inputs", plan, args.seed)
     if plan["warmup"]:
         warm_up(spark, modes, plan, work, args.seed + 1)
+    measured: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
+    checks: dict[str, list[Checksums]] = {mode: [] for mode in modes}
+    last: dict[str, Run] = {}
+    schedule = [(number, mode) for number in range(plan["rounds"]) for mode in modes
+                if mode not in SLOW_MODES or number == 0]
+    for number, mode in schedule:
+        run = last[mode] = Run(spark, mode, work / mode / f"round-{number}", plan)
+        run.inputs.mkdir(parents=True)
+        for path in files[:-1]:
+            os.link(path, run.inputs / path.name)
+        result = run.run(run.work / "local-1")
+        measured[mode].append(result)
+        checks[mode].append(run.outputs)
+        print(f"  {MODES[mode]} round {number + 1}: "
+              f"{result['rows'] / result['wall_seconds']:,.0f} rows/s, "
+              f"{result['batches']} batches in {result['wall_seconds']:.1f} s", flush=True)
     results: dict[str, dict[str, Any]] = {}
-    checks: dict[str, list[Checksums]] = {}
     notes: list[str] = []
     for mode in modes:
-        rounds = 1 if mode in SLOW_MODES else plan["rounds"]
-        measured: list[dict[str, Any]] = []
-        checks[mode] = []
-        run: Run | None = None
-        for number in range(rounds):
-            run = Run(spark, mode, work / mode / f"round-{number}", plan)
-            run.inputs.mkdir(parents=True)
-            for path in files[:-1]:
-                os.link(path, run.inputs / path.name)
-            measured.append(run.run(run.work / "local-1"))
-            checks[mode].append(run.outputs)
-            last = measured[-1]
-            print(f"  {MODES[mode]} round {number + 1}/{rounds}: "
-                  f"{last['rows'] / last['wall_seconds']:,.0f} rows/s, "
-                  f"{last['batches']} batches in {last['wall_seconds']:.1f} s", flush=True)
-        best = min(measured, key=lambda r: float(r["wall_seconds"]))
-        best["round_rows_per_second"] = [r["rows"] / r["wall_seconds"] for r in measured]
-        assert run is not None
+        best = min(measured[mode], key=lambda r: float(r["wall_seconds"]))
+        best["round_rows_per_second"] = [r["rows"] / r["wall_seconds"] for r in measured[mode]]
+        run = last[mode]
         run.add_restart_file(files[-1])
         notes.append(f"{MODES[mode]}: {restart_note(spark, mode)}")
         restart = run.run(run.work / "local-2")  # a fresh local directory: cold state
