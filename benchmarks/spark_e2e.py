@@ -238,11 +238,12 @@ def run_all(spark: Any, args: argparse.Namespace, plan: dict[str, Any], modes: l
             os.link(path, run.inputs / path.name)
         result = run.run(run.work / "local-1")
         measured[mode].append(result)
-        checks[mode].append(run.outputs)
+        checks[mode].append(dict(run.outputs))  # a copy: the restart adds one more batch
         print(f"  {MODES[mode]} round {number + 1}: "
               f"{result['rows'] / result['wall_seconds']:,.0f} rows/s, "
               f"{result['batches']} batches in {result['wall_seconds']:.1f} s", flush=True)
     results: dict[str, dict[str, Any]] = {}
+    restarts: dict[str, Checksums] = {}
     notes: list[str] = []
     for mode in modes:
         best = min(measured[mode], key=lambda r: float(r["wall_seconds"]))
@@ -250,12 +251,16 @@ def run_all(spark: Any, args: argparse.Namespace, plan: dict[str, Any], modes: l
         run = last[mode]
         run.add_restart_file(files[-1])
         notes.append(f"{MODES[mode]}: {restart_note(spark, mode)}")
+        before = set(run.outputs)
         restart = run.run(run.work / "local-2")  # a fresh local directory: cold state
+        restarts[mode] = {b: v for b, v in run.outputs.items() if b not in before}
         best["recovery_seconds"] = restart["wall_seconds"]
         best["recovery_batch_seconds"] = restart["first_batch_seconds"]
         print(f"  {MODES[mode]}: restart + one batch in {restart['wall_seconds']:.1f} s",
               flush=True)
         results[mode] = best
+    for mode in modes:  # the restart's batch is checked like the others
+        checks[mode].append(restarts[mode])
     return results, checks, notes
 
 
@@ -316,8 +321,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     agree = check_outputs(report, checks)
     tabulate(report, results, plan, agree)
     report.put("samples", results)
-    report.put("checksums", {m: {str(b): list(v) for b, v in c[-1].items()}
-                             for m, c in checks.items()})
+    report.put("checksums", {m: [{str(b): list(v) for b, v in c.items()} for c in rounds]
+                             for m, rounds in checks.items()})
     bar_plot(report, [MODES[m] for m in results], {"rows/s": [
         results[m]["rows"] / results[m]["wall_seconds"] for m in results]},
         f"Keyed running count, {plan['files']} x {plan['rows_per_file']:,} rows, "
@@ -326,17 +331,28 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def check_outputs(report: Report, checks: dict[str, list[Checksums]]) -> bool:
-    """Every round of every stateful variant must emit the same (rows, sum of counts) in every
-    batch; the floor counts each batch alone, so only its rows per batch are compared."""
-    stateful = [c for m, rounds in checks.items() if m != "e" for c in rounds]
-    reference = stateful[0] if stateful else next(iter(checks.get("e", [])), {})
-    rows_only = {b: n for b, (n, _) in reference.items()}
-    agree = all(c == reference for c in stateful) and all(
-        {b: n for b, (n, _) in c.items()} == rows_only for c in checks.get("e", []))
+    """Every run of every stateful variant (each round, then the restart's one batch, last)
+    must emit the same (rows, sum of counts) in every batch, and every round every batch; the
+    floor counts each batch alone, so only its rows per batch are compared."""
+    reference: Checksums = {}
+    for mode, runs in checks.items():
+        for outputs in runs if mode != "e" else []:
+            for batch, value in outputs.items():
+                reference.setdefault(batch, value)
+
+    def same(mode: str, outputs: Checksums) -> bool:
+        if mode == "e":
+            return all(b in reference and n == reference[b][0] for b, (n, _) in outputs.items())
+        return all(reference[b] == value for b, value in outputs.items())
+
+    round_batches = {frozenset(runs[i]) for runs in checks.values() for i in range(len(runs) - 1)}
+    agree = (bool(reference) and len(round_batches) == 1
+             and all(runs[-1] for runs in checks.values())
+             and all(same(mode, outputs) for mode, runs in checks.items() for outputs in runs))
     report.note("outputs of all variants agree batch by batch" if agree else
                 "OUTPUTS DIFFER between variants: " + json.dumps(
-                    {m: [{str(b): v for b, v in c.items()} for c in rounds]
-                     for m, rounds in checks.items()}))
+                    {m: [{str(b): v for b, v in c.items()} for c in runs]
+                     for m, runs in checks.items()}))
     return agree
 
 
