@@ -28,7 +28,7 @@ TINY = {
     "write_path": ["--keys", "2000", "--rounds", "2"],
     "recovery": ["--keys", "400", "--rounds", "1"],
     "space": ["--keys", "400", "--batches", "12"],
-    "spark_e2e": ["--modes", "a2,b", "--files", "1"],
+    "spark_e2e": ["--modes", "a2,b,d,e", "--files", "1"],
     "spark_timers": ["--modes", "vectorized,tws", "--keys", "400", "--fire-batches", "2"],
     "spark_output": ["--files", "1", "--rows-per-file", "500"],
 }

@@ -31,6 +31,14 @@ def test_rows_are_grouped_by_several_key_columns_including_nulls() -> None:
     assert batch.key_frame().shape == (3, 2)
 
 
+def test_rows_of_a_key_are_the_rows_iloc_gives_index_included() -> None:
+    table = pa.table({"user": ["b", "a", "b", "c", "a"], "v": [1.0, 2.0, 3.0, 4.0, 5.0]})
+    batch = KeyedBatch(table, ["user"])
+    for index in range(len(batch)):
+        begin, end = int(batch.offsets[index]), int(batch.offsets[index + 1])
+        pd.testing.assert_frame_equal(batch.rows_of(index), batch.frame.iloc[begin:end])
+
+
 def test_empty_partition_has_no_keys() -> None:
     batch = KeyedBatch(pa.table({"user": pa.array([], pa.string())}), ["user"])
     assert len(batch) == 0 and batch.num_rows == 0 and batch.offsets.tolist() == [0]

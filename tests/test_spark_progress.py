@@ -52,6 +52,15 @@ def test_spark_progress_observes_the_state_metrics_of_the_batch_before(
             "metrics": pytest.approx(stream.progress[batch_id - 1].metrics)}
 
 
+def test_observed_metrics_are_switched_off_by_one_setting(spark: Any, tmp_path: Path) -> None:
+    stream, query = run_query(spark, tmp_path, batches=2,
+                              conf={"query.observedMetrics": "false"})
+    reports = [p for p in query.recentProgress if p["numInputRows"] > 0]
+    assert len(reports) == 2
+    assert all(OBSERVATION not in (p["observedMetrics"] or {}) for p in reports)
+    assert len(stream.progress) == 2 and stream.progress[1].metrics["input_rows"] == 60
+
+
 def test_state_metrics_count_rows_keys_and_loads(spark: Any, tmp_path: Path) -> None:
     stream, _ = run_query(spark, tmp_path)
     first, second = stream.progress[0].metrics, stream.progress[1].metrics

@@ -17,7 +17,8 @@ from pyspark_dstl.backend.lineage.naming import split_store_id
 from pyspark_dstl.materializer.names import local_dir_name
 
 LOCK_NAME = ".lock"
-_POLL_SECONDS = 0.05
+_POLL_SECONDS = 0.01  # the longest wait between two tries of a held lock
+_FIRST_POLL_SECONDS = 0.001  # the first: a hand-off between processes takes milliseconds
 
 
 def root_dir(local_dir: str, checkpoint_url: str) -> str:
@@ -44,6 +45,7 @@ class StoreDirLock:
         os.makedirs(self.path, exist_ok=True)
         fd = os.open(os.path.join(self.path, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
         deadline = time.monotonic() + timeout
+        pause = _FIRST_POLL_SECONDS
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -54,7 +56,8 @@ class StoreDirLock:
                     raise StoreLockedError(
                         f"store {self._store_id!r}: local directory {self.path!r} is locked by "
                         f"another process (waited {timeout:.1f} s)") from None
-                time.sleep(_POLL_SECONDS)
+                time.sleep(pause)
+                pause = min(pause * 1.5, _POLL_SECONDS)
         self._fd = fd
 
     def release(self) -> None:

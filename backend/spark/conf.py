@@ -77,6 +77,11 @@ class QueryOptions(Options):
         "logProgress", BOOL, True,
         "Log one JSON line per batch (logger `pyspark_dstl.progress`, INFO) with the batch's "
         "state and upload metrics.")
+    observed_metrics: bool = setting(
+        "observedMetrics", BOOL, True,
+        "Put the newest committed batch's state metrics into Spark's progress reports "
+        "(observed metrics `dstl_state`); costs one small Spark job per batch (a branch of "
+        "the query's plan), so `false` makes short batches faster.")
 
 
 CONF_KEYS: dict[str, str] = conf_keys(QueryOptions)

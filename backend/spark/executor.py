@@ -31,7 +31,7 @@ from pyspark_dstl.backend.store.state_backend import StateBackend
 
 log = logging.getLogger(__name__)
 REQUEST_NAME = ".release-request"
-_POLL_SECONDS = 0.02
+_POLL_SECONDS = 0.005  # the reaper's look for release requests: a waiting task waits this
 
 
 @dataclass

@@ -192,8 +192,10 @@ class StatefulStream:
             self.operator.publish_latest_demand()
             source = source.unionByName(tick_stream(source.sparkSession, source.schema,
                                                     tick_file))
-        source = with_state_progress(source, self.operator.checkpoint, self.operator.spec.name,
-                                     self.operator.conf.backend_settings)
+        if self.operator.conf.query.observed_metrics:
+            source = with_state_progress(source, self.operator.checkpoint,
+                                         self.operator.spec.name,
+                                         self.operator.conf.backend_settings)
         writer = source.writeStream.foreachBatch(self.run_batch)
         writer = writer.option("checkpointLocation", location)
         if trigger:
