@@ -286,15 +286,13 @@ class StandaloneCluster:
                 process.wait()
 
 
-def cluster_driver(master: str, inputs: str, checkpoint: str, local_dir: str) -> None:
-    """The driver of the worker-loss test, run as `python -m tests.support.spark ...`:
-    prints one line per committed batch."""
-    from pyspark_dstl.backend.spark import stateful
-
+def cluster_session(master: str, app_name: str, local_dir: str) -> Any:
+    """A driver's session on the standalone test cluster: one core and little memory per
+    executor, retried tasks, this checkout on the executors' path, state under `local_dir`."""
     prepare_environment()
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder.master(master).appName("dstl-cluster-test")
+    builder = SparkSession.builder.master(master).appName(app_name)
     settings = session_settings({
         "spark.executor.cores": "1", "spark.executor.memory": "512m",
         "spark.task.maxFailures": "8", "spark.executorEnv.PYTHONPATH": str(REPO_ROOT),
@@ -304,6 +302,15 @@ def cluster_driver(master: str, inputs: str, checkpoint: str, local_dir: str) ->
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def cluster_driver(master: str, inputs: str, checkpoint: str, local_dir: str) -> None:
+    """The driver of the worker-loss test, run as `python -m tests.support.spark ...`:
+    prints one line per committed batch."""
+    from pyspark_dstl.backend.spark import stateful
+
+    spark = cluster_session(master, "dstl-cluster-test", local_dir)
     stream = (stateful(file_stream(spark, Path(inputs))).group_by("user")
               .process(CountProcessor(), COUNT_SCHEMA, checkpoint=checkpoint, partitions=4)
               .on_progress(lambda p: print(f"committed batch {p.batch_id}", flush=True)))

@@ -360,22 +360,10 @@ def cluster_driver(master: str, scenario_name: str, work_dir: str, local_dir: st
     "batch <id> <rows as JSON>" when its sink sees it. After batch 0 it waits for `go_file`
     (the test kills a worker first), then until only one executor is left, and prints
     "executors <n>": batch 1, where timers are due, runs after the loss."""
-    from tests.support.spark import REPO_ROOT, prepare_environment, session_settings
+    from tests.support.spark import cluster_session
     from tests.support.tws_scenarios import SCENARIOS
 
-    prepare_environment()
-    from pyspark.sql import SparkSession
-
-    builder = SparkSession.builder.master(master).appName("dstl-tws-cluster-test")
-    settings = session_settings({
-        "spark.executor.cores": "1", "spark.executor.memory": "512m",
-        "spark.task.maxFailures": "8", "spark.executorEnv.PYTHONPATH": str(REPO_ROOT),
-        "spark.executorEnv.PYSPARK_PYTHON": sys.executable,
-        "spark.dstl.stateStore.localDir": local_dir})
-    for key, value in settings.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = cluster_session(master, "dstl-tws-cluster-test", local_dir)
 
     def executors() -> int:  # the driver is listed too
         return len(spark.sparkContext.statusTracker().getExecutorInfos()) - 1
