@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -200,7 +201,9 @@ def test_an_idle_run_of_this_process_is_let_go_and_a_busy_one_refuses(
 def test_a_damaged_epoch_file_is_reported_with_its_name(env: BackendEnv) -> None:  # noqa: F811
     lease = acquire(env.storage, LEASE)
     data = bytearray(env.storage.get("epochs/1"))
-    data[data.index(b'"pid": ') + 7] ^= 0x01
+    pid = re.search(rb'"pid": (\d+)', data)
+    assert pid is not None
+    data[pid.end(1) - 1] ^= 0x01  # the last digit: still a number, so still JSON
     env.replace("epochs/1", bytes(data))
     with pytest.raises(CorruptCheckpointError, match="epoch file 'epochs/1' fails its checksum"):
         holder_of(env.storage)
