@@ -271,3 +271,23 @@ def test_driver_keeps_no_store_open(spark: Any, tmp_path: Path) -> None:
     stream.run_batch(batch_frame(spark, frames[0]), 0)
     assert stored_counts(spark, str(tmp_path / "ckpt")) == count_model(frames)
     assert store_cache().open_stores() == []  # the commit log is all the driver touched
+
+
+def test_the_stateful_stage_runs_as_one_spark_job_and_leaves_adaptive_execution_as_it_was(
+        spark: Any, tmp_path: Path) -> None:
+    frames = make_batches(1, rows=200, keys=40, seed=13)
+    stream = (stateful(batch_frame(spark, frames[0])).group_by("user")
+              .process(CountProcessor(), COUNT_SCHEMA, checkpoint=str(tmp_path / "ckpt"),
+                       partitions=3))
+    batch = batch_frame(spark, frames[0])
+    assert spark.conf.get("spark.sql.adaptive.enabled") == "true"
+    group = f"stage-{tmp_path.name}"
+    spark.sparkContext.setJobGroup(group, "the stateful stage of one batch")
+    try:
+        stream.run_batch(batch, 0)
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    jobs = spark.sparkContext.statusTracker().getJobIdsForGroup(group)
+    assert len(jobs) == 1  # shuffle and Python tasks are two stages of one job
+    assert spark.conf.get("spark.sql.adaptive.enabled") == "true"
+    assert stored_counts(spark, str(tmp_path / "ckpt")) == count_model(frames)

@@ -10,10 +10,11 @@ fit in the driver's memory) or "cache" (persisted on the executors). See docs/sp
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +42,28 @@ from pyspark_dstl.backend.spark.task import META_COLUMN, PARTITION_COLUMN, TaskP
 from pyspark_dstl.backend.spark.task_errors import stage_errors
 from pyspark_dstl.backend.spark.ticks import TickDemand, write_demand
 from pyspark_dstl.backend.spark.timing import BatchClock, TimeSpec
+
+ADAPTIVE_EXECUTION = "spark.sql.adaptive.enabled"
+
+
+@contextlib.contextmanager
+def without_adaptive_execution(spark: Any) -> Iterator[None]:
+    """Run the stage's action with adaptive execution off, then put the setting back.
+
+    The stage's plan has nothing to adapt (exactly n state partitions, one task each), and
+    adaptive execution would run its shuffle and its Python tasks as two Spark jobs instead of
+    one job of two stages: a job's scheduling costs tens of milliseconds in every batch. Spark
+    plans its own stateful operators without it as well. Inside foreachBatch the session is the
+    query's own copy, so the change is seen by this query's batch only."""
+    before = spark.conf.get(ADAPTIVE_EXECUTION)
+    if str(before).lower() == "false":
+        yield
+        return
+    spark.conf.set(ADAPTIVE_EXECUTION, "false")
+    try:
+        yield
+    finally:
+        spark.conf.set(ADAPTIVE_EXECUTION, before)
 
 
 @dataclass(frozen=True)
@@ -229,7 +252,7 @@ class StatefulOperator:
         output_df: Any = None
         driver_bytes = 0
         if mode in ("collect", "files"):
-            with stage_errors():
+            with stage_errors(), without_adaptive_execution(spark):
                 table = mapped.toArrow()
             driver_bytes = table.nbytes
             meta_mask = pc.is_valid(table.column(META_COLUMN))
@@ -239,7 +262,7 @@ class StatefulOperator:
             from pyspark import StorageLevel
 
             output_df = mapped.persist(StorageLevel.MEMORY_AND_DISK)
-            with stage_errors():
+            with stage_errors(), without_adaptive_execution(spark):
                 metas = [row[0] for row in output_df.where(F.col(META_COLUMN).isNotNull())
                          .select(META_COLUMN).collect()]
         infos: dict[int, CheckpointInfo] = {}
