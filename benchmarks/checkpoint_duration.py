@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import Report, parse_args, profiled, ratio, scratch, summarize
+from benchmarks.harness import Report, parse_args, plan_of, profiled, ratio, scratch, summarize
 from benchmarks.latency import LatencyModel
 from benchmarks.plots import checkpoint_plots
 from benchmarks.s3 import S3Harness
@@ -228,11 +228,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         (["--sizes"], {"default": None, "help": "comma-separated key counts"}),
         (["--checkpoints"], {"type": int, "default": None}),
     ])
-    plan = dict(QUICK if args.quick else FULL)
+    plan = plan_of(args, QUICK, FULL, ("checkpoints",))
     if args.sizes:
         plan["sizes"] = [int(float(s)) for s in args.sizes.split(",")]
-    if args.checkpoints:
-        plan["checkpoints"] = args.checkpoints
     kinds = [k.strip() for k in args.storage.split(",") if k.strip()]
     config = {**plan, "storage": kinds, "changed_per_checkpoint": 0.01, "value_bytes": 100,
               "s3_latency_model": S3_LATENCY.to_dict(),

@@ -16,7 +16,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -50,6 +50,28 @@ def parse_args(description: str, argv: Sequence[str] | None = None,
     for args, kwargs in extra:
         parser.add_argument(*args, **kwargs)
     return parser.parse_args(argv)
+
+
+def plan_of(args: argparse.Namespace, quick: Mapping[str, Any], full: Mapping[str, Any],
+            overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """The quick or the full plan, with each option named in `overrides` (the plan key and
+    the option's dest alike) in its place when the command line gave it a value that is not
+    zero or empty."""
+    plan = dict(quick if args.quick else full)
+    for name in overrides:
+        value = getattr(args, name)
+        if value:
+            plan[name] = value
+    return plan
+
+
+def chosen_modes(text: str, known: Mapping[str, str]) -> list[str]:
+    """The comma-separated modes of `text`, each one of `known`; exits naming any other."""
+    modes = [m.strip() for m in text.split(",") if m.strip()]
+    unknown = [m for m in modes if m not in known]
+    if unknown:
+        raise SystemExit(f"unknown modes {unknown}; choose from {list(known)}")
+    return modes
 
 
 def summarize(values: Sequence[float]) -> dict[str, float]:

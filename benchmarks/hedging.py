@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.harness import Report, parse_args, profiled, ratio, summarize
+from benchmarks.harness import Report, parse_args, plan_of, profiled, ratio, summarize
 from benchmarks.latency import LatencyModel
 from benchmarks.plots import cdf_plot
 from benchmarks.s3 import S3Harness
@@ -60,11 +60,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         (["--payload"], {"type": int, "default": None, "help": "bytes per persist"}),
         (["--warmup"], {"type": int, "default": None, "help": "uncounted persists first"}),
     ])
-    plan = dict(QUICK if args.quick else FULL)
-    if args.persists:
-        plan["persists"] = args.persists
-    if args.payload:
-        plan["payload"] = args.payload
+    plan = plan_of(args, QUICK, FULL, ("persists", "payload"))
     if args.warmup is not None:
         plan["warmup"] = args.warmup
     model = LatencyModel(**{**TAIL_MODEL.to_dict(), "seed": args.seed})

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import Report, parse_args, profiled, ratio, scratch, summarize
+from benchmarks.harness import Report, parse_args, plan_of, profiled, ratio, scratch, summarize
 from benchmarks.latency import LatencyModel
 from benchmarks.plots import bar_plot
 from benchmarks.s3 import S3Harness
@@ -118,11 +118,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         (["--keys"], {"type": int, "default": None}),
         (["--rounds"], {"type": int, "default": None}),
     ])
-    plan = dict(QUICK if args.quick else FULL)
-    if args.keys:
-        plan["keys"] = args.keys
-    if args.rounds:
-        plan["rounds"] = args.rounds
+    plan = plan_of(args, QUICK, FULL, ("keys", "rounds"))
     kinds = [k.strip() for k in args.storage.split(",") if k.strip()]
     report = Report(NAME, args, {**plan, "storage": kinds, "changed_per_batch": 0.01,
                                  "value_bytes": 100, "s3_latency_model": S3_LATENCY.to_dict(),

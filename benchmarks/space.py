@@ -31,6 +31,7 @@ from benchmarks.harness import (
     Report,
     dir_size,
     parse_args,
+    plan_of,
     profiled,
     scratch,
     summarize,
@@ -128,11 +129,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                          "help": "RocksDB settings other than the defaults, e.g. "
                                  "maxBytesForLevelBase=256MB,targetFileSizeBase=64MB"}),
     ])
-    plan = dict(QUICK if args.quick else FULL)
-    if args.keys:
-        plan["keys"] = args.keys
-    if args.batches:
-        plan["batches"] = args.batches
+    plan = plan_of(args, QUICK, FULL, ("keys", "batches"))
     if args.retain:
         plan["retain"] = [int(r) for r in args.retain.split(",")]
     report = Report(NAME, args, {**plan, "changed_per_batch": CHANGE_RATE,

@@ -35,7 +35,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from benchmarks.harness import Report, parse_args, profiled, ratio, scratch, summarize
+from benchmarks.harness import (
+    Report,
+    chosen_modes,
+    parse_args,
+    plan_of,
+    profiled,
+    ratio,
+    scratch,
+    summarize,
+)
 from benchmarks.plots import bar_plot
 from benchmarks.spark_jobs import (
     INPUT_SCHEMA,
@@ -275,12 +284,9 @@ def restart_note(spark: Any, mode: str) -> str:
 
 
 def choose_modes(args: argparse.Namespace) -> list[str]:
-    modes = [m.strip() for m in (args.modes or ",".join(DEFAULT_MODES)).split(",") if m.strip()]
+    modes = chosen_modes(args.modes or ",".join(DEFAULT_MODES), MODES)
     if args.with_tws and "c" not in modes:
         modes.append("c")
-    unknown = [m for m in modes if m not in MODES]
-    if unknown:
-        raise SystemExit(f"unknown modes {unknown}; choose from {list(MODES)}")
     return modes
 
 
@@ -295,11 +301,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         (["--rounds"], {"type": int, "default": None,
                         "help": "rounds of the fast variants, the best counts (slow: one)"}),
     ])
-    plan = dict(QUICK if args.quick else FULL)
-    if args.files:
-        plan["files"] = args.files
-    if args.rounds:
-        plan["rounds"] = args.rounds
+    plan = plan_of(args, QUICK, FULL, ("files", "rounds"))
     modes = choose_modes(args)
     from tests.support.spark import build_session
 

@@ -35,7 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from benchmarks.harness import Report, parse_args, profiled, ratio, scratch
+from benchmarks.harness import Report, chosen_modes, parse_args, plan_of, profiled, ratio, scratch
 from benchmarks.output_jobs import INPUT_SCHEMA, OUTPUT_SCHEMA, RunningCountPerRow
 from benchmarks.plots import bar_plot, line_plot
 
@@ -287,17 +287,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         (["--rows-per-file"], {"type": int, "default": None}),
         (["--rounds"], {"type": int, "default": None}),
     ])
-    plan = dict(QUICK if args.quick else FULL)
-    if args.files:
-        plan["files"] = args.files
-    if args.rows_per_file:
-        plan["rows_per_file"] = args.rows_per_file
-    if args.rounds:
-        plan["rounds"] = args.rounds
-    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    unknown = [m for m in modes if m not in MODES]
-    if unknown:
-        raise SystemExit(f"unknown modes {unknown}; choose from {list(MODES)}")
+    plan = plan_of(args, QUICK, FULL, ("files", "rows_per_file", "rounds"))
+    modes = chosen_modes(args.modes, MODES)
     from tests.support.spark import build_session
 
     report = Report(NAME, args, {**plan, "modes": {m: MODES[m] for m in modes},

@@ -35,7 +35,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from benchmarks.harness import Report, parse_args, profiled, ratio, scratch, summarize
+from benchmarks.harness import (
+    Report,
+    chosen_modes,
+    parse_args,
+    plan_of,
+    profiled,
+    ratio,
+    scratch,
+    summarize,
+)
 from benchmarks.plots import bar_plot
 from benchmarks.spark_e2e import SPARK_STATE_CONF, _as_dict
 from benchmarks.spark_timer_jobs import (
@@ -412,17 +421,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         (["--idle-batches"], {"type": int, "default": None,
                               "help": "batches after those that fire nothing (fixed cost)"}),
     ])
-    plan = dict(QUICK if args.quick else FULL)
-    if args.keys:
-        plan["keys"] = args.keys
-    if args.fire_batches:
-        plan["fire_batches"] = args.fire_batches
-    if args.idle_batches is not None:
+    plan = plan_of(args, QUICK, FULL, ("keys", "fire_batches"))
+    if args.idle_batches is not None:  # 0 is a choice here
         plan["idle_batches"] = args.idle_batches
-    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    unknown = [m for m in modes if m not in MODES]
-    if unknown:
-        raise SystemExit(f"unknown modes {unknown}; choose from {list(MODES)}")
+    modes = chosen_modes(args.modes, MODES)
     from tests.support.spark import build_session
 
     timeline = Timeline(plan["slots"])

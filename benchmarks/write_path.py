@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from rocksdict import WriteBatch
 
-from benchmarks.harness import Report, parse_args, profiled, ratio, scratch, summarize
+from benchmarks.harness import Report, parse_args, plan_of, profiled, ratio, scratch, summarize
 from benchmarks.plots import bar_plot
 from benchmarks.workload import (
     OPERATOR,
@@ -128,11 +128,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         (["--keys"], {"type": int, "default": None}),
         (["--rounds"], {"type": int, "default": None}),
     ])
-    plan = dict(QUICK if args.quick else FULL)
-    if args.keys:
-        plan["keys"] = args.keys
-    if args.rounds:
-        plan["rounds"] = args.rounds
+    plan = plan_of(args, QUICK, FULL, ("keys", "rounds"))
     report = Report(NAME, args, {**plan, "value_bytes": 100, "storage": "file://",
                                  "order": "contenders rotate every round; gets in random order"})
     workload = Workload(plan["keys"], 1.0, seed=args.seed)
