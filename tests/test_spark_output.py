@@ -15,10 +15,10 @@ from pyspark_dstl.backend.spark import stateful
 from tests.support.fault_proxy import FaultRule
 from tests.support.spark import (
     COUNT_SCHEMA,
-    INPUT_SCHEMA,
     CountProcessor,
     FailAfterCommitProcessor,
     Outputs,
+    batch_frame,
     collecting_sink,
     count_model,
     file_stream,
@@ -31,10 +31,6 @@ from tests.support.spark import (
 pytestmark = pytest.mark.spark
 
 FILES = {"query.outputMode": "files", "query.outputInlineBytes": "0"}  # every output a file
-
-
-def batch_frame(spark: Any, frame: Any) -> Any:
-    return spark.createDataFrame(frame, schema=INPUT_SCHEMA)
 
 
 def output_files(root: Path) -> list[Path]:

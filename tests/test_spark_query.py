@@ -19,11 +19,11 @@ from pyspark_dstl.backend.spark.executor import store_cache
 from pyspark_dstl.core.errors import ConfigError
 from tests.support.spark import (
     COUNT_SCHEMA,
-    INPUT_SCHEMA,
     CountProcessor,
     FailAfterCommitProcessor,
     Outputs,
     VectorizedCountProcessor,
+    batch_frame,
     count_model,
     file_stream,
     make_batches,
@@ -33,10 +33,6 @@ from tests.support.spark import (
 )
 
 pytestmark = pytest.mark.spark
-
-def batch_frame(spark: Any, frame: Any) -> Any:
-    return spark.createDataFrame(frame, schema=INPUT_SCHEMA)
-
 
 def files_under(root: Path, suffix: str) -> list[Path]:
     return sorted(p for p in root.rglob(f"*{suffix}") if p.is_file())

@@ -91,6 +91,11 @@ def make_batches(count: int, rows: int, keys: int, seed: int = 0) -> list[Any]:
             for i in range(count)]
 
 
+def batch_frame(spark: Any, frame: Any) -> Any:
+    """One batch's rows as the static DataFrame a foreachBatch function receives."""
+    return spark.createDataFrame(frame, schema=INPUT_SCHEMA)
+
+
 def write_batches(directory: Path, frames: list[Any], start: int = 0) -> None:
     """One parquet file per frame, in batch order.
 
