@@ -10,8 +10,10 @@ that batch's next generation.
 
 A run taking over from one it presumes dead writes fences (commit_entry.Fence) at the names the
 old run would give its next entry (the next batch, and the latest batch re-executed), so a
-late write of the old run finds its name taken. Readers skip fences. Entry format:
-commit_entry.py.
+late write of the old run finds its name taken. Readers skip fences. A fence is never deleted,
+not even when retention drops its batch: the old run may be paused between its last check and
+its write for any time, and a freed name would let that write land (two small files per
+takeover is the price). Entry format: commit_entry.py.
 """
 
 from __future__ import annotations
@@ -187,10 +189,9 @@ class CommitLog:
         return {batch: sorted(gens, key=lambda g: g[0]) for batch, gens in sorted(found.items())}
 
     def batch_ids(self) -> list[int]:
-        """Committed batches: up to the latest entry (batches above it hold only fences)."""
+        """Committed batches: those holding an entry (fences alone do not make a batch)."""
         generations = self.generations()
-        newest = self._newest_slot(generations)
-        return [] if newest is None else [b for b in generations if b <= newest[0]]
+        return [b for b, gens in generations.items() if self._entry_of(gens) is not None]
 
     def read(self, batch_id: int) -> CommitEntry:
         found = self._entry_of(self.generations().get(batch_id, []))
@@ -218,17 +219,34 @@ class CommitLog:
         return kept[::-1]
 
     def obsolete(self, oldest_retained_batch: int) -> list[ObjectInfo]:
-        """Entries and fences of older batches, and of a retained batch every generation
-        below its newest entry; fences above the newest entry stay (they still fence)."""
+        """Entries of older batches, and of a retained batch the entries below its newest
+        one. Fences are never obsolete: deleting one would free the name a run taken over
+        may still write to (see the module docstring)."""
         result: list[ObjectInfo] = []
         for batch_id, gens in self.generations().items():
-            if batch_id < oldest_retained_batch:
-                result.extend(info for _, info in gens)
-                continue
-            found = self._entry_of(gens)
-            if found is not None:
-                result.extend(info for generation, info in gens if generation < found[0])
+            below: int | None = None  # generations below this one go; None: all of them
+            if batch_id >= oldest_retained_batch:
+                found = self._entry_of(gens)
+                if found is None:
+                    continue  # only fences
+                below = found[0]
+            result.extend(info for generation, info in gens
+                          if (below is None or generation < below)
+                          and self._known_entry(info))
         return result
+
+    def _known_entry(self, info: ObjectInfo) -> bool:
+        """An entry that can go: a record that cannot be read is kept (it may be a fence;
+        `verify` reports it), and so is one deleted meanwhile."""
+        try:
+            return not self._fence_at(info)
+        except (CommitLogError, ObjectNotFoundError):
+            return False
+
+    def fences(self) -> list[ObjectInfo]:
+        """Every fence in the log, oldest batch first (inspect shows how many there are)."""
+        return [info for gens in self.generations().values() for _, info in gens
+                if self._fence_at(info)]
 
     def _newest_slot(self, generations: Generations) -> tuple[int, int, ObjectInfo] | None:
         """(batch, generation, object) of the newest entry, fences skipped."""
@@ -241,16 +259,20 @@ class CommitLog:
     def _entry_of(self, gens: list[tuple[int, ObjectInfo]]) -> tuple[int, ObjectInfo] | None:
         """(generation, object) of a batch's newest generation that is not a fence."""
         for generation, info in reversed(gens):
-            is_fence = self._is_fence.get(info.path)
-            if is_fence is None:
-                record = self._record(info.path)
-                is_fence = isinstance(record, Fence)
-                self._is_fence[info.path] = is_fence
-                if isinstance(record, CommitEntry):
-                    self._remember(info.path, record)
-            if not is_fence:
+            if not self._fence_at(info):
                 return generation, info
         return None
+
+    def _fence_at(self, info: ObjectInfo) -> bool:
+        """Whether the record at `info` is a fence (read once: records never change)."""
+        is_fence = self._is_fence.get(info.path)
+        if is_fence is None:
+            record = self._record(info.path)
+            is_fence = isinstance(record, Fence)
+            self._is_fence[info.path] = is_fence
+            if isinstance(record, CommitEntry):
+                self._remember(info.path, record)
+        return is_fence
 
     def _record(self, path: str) -> CommitEntry | Fence:
         try:

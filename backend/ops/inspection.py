@@ -49,7 +49,8 @@ def inspect_checkpoint(storage: RemoteFiles) -> dict[str, Any]:
                                      if info.pending_snapshot else None),
             }
     return {"url": getattr(storage, "url", None), "batches": commit_log.batch_ids(),
-            "latest_batch": latest_batch, "holder": _holder(storage, problems),
+            "latest_batch": latest_batch, "fences": len(commit_log.fences()),
+            "holder": _holder(storage, problems),
             "stores": stores, "problems": problems}
 
 
@@ -114,7 +115,7 @@ def _describe(listing: StoreDirListing, uncommitted: set[AttemptKey]) -> dict[st
 
 def format_inspection(report: dict[str, Any]) -> str:
     lines = [f"checkpoint {report['url']}: {len(report['batches'])} committed batch(es), "
-             f"latest {report['latest_batch']}"]
+             f"latest {report['latest_batch']}; {report['fences']} fence(s) of takeovers"]
     holder = report.get("holder")
     if holder is not None:
         process = holder["process"]
