@@ -35,6 +35,12 @@ _SPARK_NAMES = {
     "read_state": "pyspark_dstl.backend.spark",
     "register_state_reader": "pyspark_dstl.backend.spark",
     "DefaultSource": "pyspark_dstl.backend.spark.reader",
+    "install": "pyspark_dstl.backend.spark.dropin.switch",
+    "uninstall": "pyspark_dstl.backend.spark.dropin.switch",
+    "installed": "pyspark_dstl.backend.spark.dropin.switch",
+    "StatefulDataFrame": "pyspark_dstl.backend.spark.dropin.frame",
+    "StatefulStreamWriter": "pyspark_dstl.backend.spark.dropin.writer",
+    "DropInUsageError": "pyspark_dstl.backend.spark.errors",
 }
 _ALIASES = {"DefaultSource": "DstlStateDataSource"}
 

@@ -85,4 +85,18 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     session.stop()
 
 
+@pytest.fixture
+def dropin(spark: object) -> Iterator[object]:
+    """The shared session with the drop-in switch on for this test only."""
+    import pyspark_dstl
+
+    pyspark_dstl.install()
+    try:
+        yield spark
+    finally:
+        pyspark_dstl.uninstall()
+        for query in spark.streams.active:  # type: ignore[attr-defined]
+            query.stop()
+
+
 # ---- end of the Spark block -------------------------------------------------------------------

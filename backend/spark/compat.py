@@ -93,6 +93,9 @@ def _check_processor(processor: Any) -> None:
 
     if isinstance(processor, PySparkProcessor):
         return
+    if isinstance(processor, type):
+        raise ConfigError(f"statefulProcessor: {processor.__name__} is a class; pass an "
+                          f"instance, {processor.__name__}()")
     hint = ""
     if isinstance(processor, StatefulProcessor | VectorizedStatefulProcessor):
         hint = "; this backend's own processors run with .process(...)"

@@ -48,3 +48,9 @@ class TimerError(DstlSparkError, ValueError):
 class OutputFileError(DstlSparkError):
     """A task's output file (outputMode "files") is missing, damaged or not what its task
     reported; names the file."""
+
+
+class DropInUsageError(DstlSparkError, ValueError):
+    """A call on the drop-in path that this backend cannot run as asked (a stateful step after
+    transformWithState, an action on its streaming result, a sink or trigger it does not
+    support); names the call and what to do instead."""

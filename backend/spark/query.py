@@ -7,6 +7,7 @@ mistake fails before the first batch, with the key or column named.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,9 @@ class GroupedStateful:
         how late rows may be; without them, a watermark set with df.withWatermark is used.
         `initial_state`: `other_df.groupBy(<key columns>)`, applied once before the first batch.
         """
+        if isinstance(processor, type):
+            raise StateVariableError(f"processor: {processor.__name__} is a class; pass an "
+                                     f"instance, {processor.__name__}()")
         if not isinstance(processor, StatefulProcessor | VectorizedStatefulProcessor):
             hint = ""
             if any(c.__module__ == PYSPARK_PROCESSOR_MODULE for c in type(processor).__mro__):
@@ -223,7 +227,14 @@ def is_connect(spark: Any) -> bool:
 
 
 def to_url(location: str) -> str:
-    """A checkpoint URL: URLs stay as they are, local paths become file:// URLs."""
+    """A checkpoint URL: URLs stay as they are, local paths become file:// URLs. A URL with one
+    slash after its scheme (`s3:/bucket`) is refused: read as a local path it would create a
+    folder named `s3:` in the working directory."""
+    mistyped = re.match(r"^([A-Za-z][A-Za-z0-9+.-]+):/(?!/)", location)
+    if mistyped:
+        scheme = mistyped.group(1)
+        raise ConfigError(f"{QUERY_PREFIX}checkpointLocation: {location!r} has one slash after "
+                          f"'{scheme}:'; write {scheme}://{location[len(scheme) + 2:]}")
     if "://" in location:
         return location.rstrip("/")
     return Path(os.path.abspath(os.path.expanduser(location))).as_uri()

@@ -3,6 +3,7 @@ file per batch, a stream over them, and a sink that keeps each batch's rows."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable
@@ -68,3 +69,26 @@ def failure_of(stream: StatefulStream) -> str:
 
 def all_rows(outputs: Outputs) -> list[dict[str, Any]]:
     return [row for batch_id in sorted(outputs) for row in outputs[batch_id]]
+
+
+class RowFileWriter:
+    """A foreach writer (Spark's open/process/close contract) that writes each partition's rows
+    of each batch as JSON lines to its own file in `directory`."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self._lines: list[str] = []
+        self._name = ""
+
+    def open(self, partition_id: int, epoch_id: int) -> bool:
+        self._name = f"{self.directory}/batch-{epoch_id}-partition-{partition_id}.jsonl"
+        self._lines = []
+        return True
+
+    def process(self, row: Any) -> None:
+        self._lines.append(json.dumps(list(row)))
+
+    def close(self, error: BaseException | None) -> None:
+        if error is None and self._lines:
+            with open(self._name, "w") as out:
+                out.write("\n".join(self._lines) + "\n")
