@@ -85,6 +85,14 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     session.stop()
 
 
+@pytest.fixture(scope="session")
+def reference(spark: object, tmp_path_factory: pytest.TempPathFactory) -> object:
+    """PySpark's own run of each side-by-side scenario, made once per session and shared."""
+    from tests.support.tws_compare import ReferenceRuns
+
+    return ReferenceRuns(spark, tmp_path_factory.mktemp("pyspark-reference"))
+
+
 @pytest.fixture
 def dropin(spark: object) -> Iterator[object]:
     """The shared session with the drop-in switch on for this test only."""

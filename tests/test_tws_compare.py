@@ -50,10 +50,6 @@ from tests.support.tws_scenarios import (
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 
 
-@pytest.fixture(scope="session")
-def reference(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> ReferenceRuns:
-    return ReferenceRuns(spark, tmp_path_factory.mktemp("pyspark-reference"))
-
 
 def compare(spark: Any, reference: ReferenceRuns, scenario: Scenario, tmp_path: Path) -> Run:
     expected = reference.get(scenario)

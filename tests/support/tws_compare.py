@@ -205,8 +205,28 @@ class DstlEngine:
         return stream.foreach_batch(sink).start(trigger=dict(trigger))
 
 
-Engine = PySparkEngine | DstlEngine
-ENGINES: dict[str, Engine] = {"pyspark": PySparkEngine(), "dstl": DstlEngine()}
+class DropInEngine(PySparkEngine):
+    """PySpark's own calls, word for word as PySparkEngine makes them, with the drop-in switch
+    installed: the query runs on this backend."""
+
+    name = "dropin"
+
+    @contextmanager
+    def settings(self, spark: Any) -> Iterator[None]:
+        import pyspark_dstl
+
+        already = pyspark_dstl.installed()
+        pyspark_dstl.install()
+        try:
+            yield
+        finally:
+            if not already:
+                pyspark_dstl.uninstall()
+
+
+Engine = PySparkEngine | DstlEngine | DropInEngine
+ENGINES: dict[str, Engine] = {"pyspark": PySparkEngine(), "dstl": DstlEngine(),
+                              "dropin": DropInEngine()}
 
 
 def await_query(query: Any, timeout: float = RUN_TIMEOUT_S) -> None:
