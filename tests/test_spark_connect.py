@@ -67,3 +67,16 @@ def test_state_reader_and_observed_metrics_through_spark_connect(
     assert result["observed"]["2"]["batch_id"] == 1
     assert result["observed"]["2"]["metrics"]["input_rows"] == 60
     assert result["client_progress"] == 0  # BatchProgress stays with foreachBatch's process
+
+
+def test_the_switch_runs_pysparks_own_query_through_spark_connect(
+        connect_server: ConnectServer, tmp_path: Path) -> None:
+    done = run_client(str(REPO_ROOT / "tests" / "support" / "connect_dropin_client.py"),
+                      connect_server.url, str(tmp_path), cwd=tmp_path)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert done.returncode == 0 and lines, done.stdout[-2000:] + done.stderr[-3000:]
+    result = json.loads(lines[-1].removeprefix("RESULT "))
+    assert result["type"] == "StatefulDataFrame"
+    assert result["memory"] == [["a", 2, 4], ["a", 3, 6], ["b", 1, 2], ["c", 1, 2]]
+    assert result["batches"] == {"0": [["a", 2], ["b", 1]], "1": [["a", 3], ["c", 1]]}
+    assert result["exception"] == "None"

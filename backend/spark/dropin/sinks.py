@@ -12,6 +12,7 @@ make itself idempotent).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -23,6 +24,7 @@ CONSOLE = "console"
 MEMORY = "memory"
 FOREACH_BATCH = "foreachBatch"
 FOREACH = "foreach"
+CONNECT_WORKER_URL = "SPARK_CONNECT_LOCAL_URL"  # set by Spark in Connect's foreachBatch worker
 SPARK_FILE_SINK = "org.apache.spark.sql.execution.streaming.sinks.FileStreamSink"
 
 
@@ -46,14 +48,15 @@ def console_sink(options: Mapping[str, str]) -> Sink:
 class MemorySink:
     """Rows of every batch kept on the driver and shown as the temporary view `name` of the
     session that started the query, as Spark's memory sink does; a batch id seen before is
-    skipped. (On Spark Connect, foreachBatch runs in a server process whose session is the
-    client's, so the view goes to the batch's session there.)"""
+    skipped. On Spark Connect, foreachBatch runs in a server process against a clone of the
+    client's session, so the view is registered through the client's own session id there."""
 
     def __init__(self, name: str, schema: Any, spark: Any) -> None:
         self.name = name
         self.schema = schema
         self._batches: dict[int, list[Any]] = {}
-        self._spark = None if is_connect(spark) else spark
+        self._connect_session_id = spark.session_id if is_connect(spark) else None
+        self._spark = None if is_connect(spark) else spark  # not pickled on Connect
         spark.createDataFrame([], schema).createOrReplaceTempView(name)  # empty from the start
 
     def __call__(self, df: Any, batch_id: int) -> None:
@@ -61,8 +64,15 @@ class MemorySink:
             return
         self._batches[batch_id] = df.collect()
         rows = [row for batch in sorted(self._batches) for row in self._batches[batch]]
-        spark = self._spark or df.sparkSession
-        spark.createDataFrame(rows, df.schema).createOrReplaceTempView(self.name)
+        self._session().createDataFrame(rows, df.schema).createOrReplaceTempView(self.name)
+
+    def _session(self) -> Any:
+        if self._spark is None:
+            from pyspark.sql.connect.session import SparkSession
+
+            url = os.environ[CONNECT_WORKER_URL] + ";session_id=" + str(self._connect_session_id)
+            self._spark = SparkSession.builder.remote(url).create()
+        return self._spark
 
 
 def foreach_sink(writer: Any) -> Sink:
