@@ -34,3 +34,24 @@ def test_dedup_job_self_checks_pass(tmp_path: Path) -> None:
     out = run_example("dedup_job.py", tmp_path, "--files", "4", "--deliveries", "500")
     checks = [line for line in out.splitlines() if line.startswith(("ok ", "MISMATCH"))]
     assert len(checks) >= 3 and all(line.startswith("ok ") for line in checks), out[-2000:]
+
+
+def readme_query() -> str:
+    """The README's first Python block: the drop-in query a new user copies."""
+    text = (REPO_ROOT / "README.md").read_text()
+    return text.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_readme_query_runs_as_written_and_writes_each_count_once(tmp_path: Path) -> None:
+    prepare_environment()
+    events = tmp_path / "events"
+    events.mkdir()
+    (events / "views.json").write_text("".join(
+        f'{{"user": "{user}", "page": "p{n}"}}\n' for n, user in enumerate("aabac")))
+    (tmp_path / "readme_query.py").write_text(readme_query())
+    done = subprocess.run([sys.executable, "readme_query.py"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "|   a|    3|" in done.stdout and "|   c|    1|" in done.stdout, done.stdout[-2000:]
+    assert (tmp_path / "checkpoints" / "counts" / "commits").is_dir()
+    assert (tmp_path / "out" / "counts" / "_spark_metadata" / "0").is_file()

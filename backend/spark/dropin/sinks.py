@@ -146,7 +146,9 @@ class FileSink:
         sink_class = jvm
         for part in SPARK_FILE_SINK.split("."):
             sink_class = getattr(sink_class, part)
-        return sink_class(session, self.path, source, helpers.toSeq(columns),
+        path = jvm.org.apache.hadoop.fs.Path(self.path)  # qualified, as Spark's writer does
+        qualified = path.getFileSystem(session.sessionState().newHadoopConf()).makeQualified(path)
+        return sink_class(session, qualified.toString(), source, helpers.toSeq(columns),
                           helpers.toScalaMap(options))
 
 
