@@ -98,3 +98,24 @@ def test_a_processor_class_instead_of_an_instance_is_named(dropin: Any, tmp_path
         stream.groupBy("user").transformWithStateInPandas(RunningCountPandas, COUNTS,
                                                           "Update", "None")
     assert "RunningCountPandas()" in str(failure.value).splitlines()[0]
+
+
+def test_the_builder_names_a_trigger_given_as_a_string(spark: Any, tmp_path: Path) -> None:
+    from pyspark_dstl import ConfigError, stateful
+    from tests.support.spark import COUNT_SCHEMA, CountProcessor
+
+    stream = stateful(users_stream(spark, tmp_path / "in")).group_by("user").process(
+        CountProcessor(), COUNT_SCHEMA, checkpoint=str(tmp_path / "ckpt"))
+    with pytest.raises(ConfigError, match=r"trigger='10 seconds': .*'processingTime'"):
+        stream.start(trigger="10 seconds")  # type: ignore[arg-type]
+
+
+def test_the_builder_names_a_batch_dataframe_given_to_start(spark: Any, tmp_path: Path) -> None:
+    from pyspark_dstl import ConfigError, stateful
+    from tests.support.spark import COUNT_SCHEMA, CountProcessor
+
+    batch = spark.createDataFrame([("a", 1)], "user string, v long")
+    stream = stateful(batch).group_by("user").process(CountProcessor(), COUNT_SCHEMA,
+                                                       checkpoint=str(tmp_path / "ckpt"))
+    with pytest.raises(ConfigError, match=r"batch DataFrame.*run_batch"):
+        stream.start()

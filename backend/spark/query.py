@@ -186,6 +186,14 @@ class StatefulStream:
         local checkpoint."""
         from pyspark_dstl.backend.spark.reader import register_state_reader
 
+        if trigger is not None and not isinstance(trigger, Mapping):
+            raise ConfigError(f"trigger={trigger!r}: give DataStreamWriter.trigger's keywords as "
+                              f"a dict, e.g. trigger={{'processingTime': {str(trigger)!r}}} or "
+                              f"trigger={{'availableNow': True}}")
+        if not self._df.isStreaming:
+            raise ConfigError("start(): the input is a batch DataFrame, not a stream; read it "
+                              "with spark.readStream, or run it as one batch with "
+                              ".run_batch(df, batch_id)")
         register_state_reader(self._df.sparkSession)
         location = engine_checkpoint or self.operator.conf.query.engine_checkpoint_location
         if location is None:
