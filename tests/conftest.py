@@ -15,6 +15,18 @@ from pyspark_dstl.core.loop import EventLoopThread
 from tests.support import FaultProxy, MotoServer, S3Env, make_s3_env
 
 STORAGE_KINDS = ["memory", "file", "s3"]
+S3_FIXTURES = frozenset({"s3", "moto_server", "fault_proxy"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tiers: a test that reaches the S3 server (by fixture or as the "s3" case of a storage
+    parameter) is marked `s3`, so the fast tier (pyproject's default marker expression) can
+    leave it out; `scripts/run_tests.sh` runs every tier."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        cases = set(callspec.id.split("-")) if callspec is not None else set()
+        if "s3" in cases or S3_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.s3)
 
 
 @pytest.fixture(scope="session")

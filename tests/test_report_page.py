@@ -53,6 +53,7 @@ def require_chromium() -> None:
 
 
 @pytest.mark.spark
+@pytest.mark.browser
 def test_report_renders_every_plot_in_chromium_without_errors(checkpoint: Path,
                                                               tmp_path: Path) -> None:
     require_chromium()

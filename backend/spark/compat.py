@@ -39,6 +39,7 @@ from pyspark_dstl.backend.spark.validation import (
     time_mode_of,
 )
 from pyspark_dstl.core.errors import ConfigError
+from pyspark_dstl.core.units import parse_size
 
 ENTRIES = {PANDAS: "transformWithStateInPandas", ROWS: "transformWithState"}
 OUTPUT_MODES = ("append", "update")
@@ -82,10 +83,28 @@ def plan_transform(df: Any, key_columns: Sequence[str], processor: Any, output_s
                      key_types=key_type_names(df.schema, key_columns),
                      output_names=tuple(struct.names),
                      output_timestamps=output_timestamp_columns(struct),
-                     initial_names=initial_names, initial_keys=initial_keys)
+                     initial_names=initial_names, initial_keys=initial_keys,
+                     max_records=_arrow_limit(df, "maxRecordsPerBatch", 10000),
+                     max_bytes=_arrow_limit(df, "maxBytesPerBatch", 0))
     schemas = declared_schemas(processor, mode, entry)
     adapter = PySparkProcessorAdapter(processor, shape, schemas, entry)
     return CompatPlan(adapter, struct, mode, initial)
+
+
+def _arrow_limit(df: Any, name: str, default: int) -> int:
+    """One of Spark's Arrow batch limits (spark.sql.execution.arrow.*); 0 for none."""
+    key = f"spark.sql.execution.arrow.{name}"
+    try:  # Spark knows both keys and their defaults (it refuses a default given with get)
+        raw = str(df.sparkSession.conf.get(key)).strip()
+    except Exception:  # an older Spark without the key
+        raw = str(default)
+    if raw.startswith("-"):
+        return 0
+    if name == "maxBytesPerBatch":
+        return parse_size(raw, key)
+    if not raw.isdigit():
+        raise ConfigError(f"{key}: expected a number of rows, got {raw!r}")
+    return int(raw)
 
 
 def _check_processor(processor: Any) -> None:
@@ -207,7 +226,7 @@ class PySparkProcessorAdapter(StatefulProcessor):
 
     def handle_input_rows(self, key: tuple[Any, ...], rows: Iterator[Any]) -> Iterator[Any]:
         given = next(rows)  # one frame, or one list of Rows, per key and batch
-        user_rows = iter((given,)) if self.shape.rows_as == PANDAS else iter(given)
+        user_rows = self.shape.chunks(given) if self.shape.rows_as == PANDAS else iter(given)
         return self._outputs(self.processor.handleInputRows(self._key(key), user_rows,
                                                             self._timer_values))
 

@@ -11,7 +11,7 @@ once per batch from Arrow, then sliced per key.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -39,6 +39,8 @@ class RowShape:
     output_timestamps: tuple[str, ...] = ()  # output columns of type TIMESTAMP
     initial_names: tuple[str, ...] = ()  # the initial state's own columns, in its order
     initial_keys: tuple[str, ...] = ()  # the initial state's grouping columns
+    max_records: int = 0  # spark.sql.execution.arrow.maxRecordsPerBatch; 0: no limit
+    max_bytes: int = 0  # spark.sql.execution.arrow.maxBytesPerBatch; 0: no limit
 
     # ---- grouping keys ----------------------------------------------------------------------
 
@@ -90,6 +92,24 @@ class RowShape:
             return frame_of
         rows = self.rows(table)
         return lambda index: rows[bounds[index]:bounds[index + 1]]
+
+    def chunks(self, frame: pd.DataFrame) -> Iterator[pd.DataFrame]:
+        """A key's rows in the frames PySpark would hand over: at most `max_records` rows and
+        about `max_bytes` bytes each (Arrow's batch limits); one frame when both allow."""
+        rows = len(frame)
+        size = rows
+        if self.max_records > 0:
+            size = min(size, self.max_records)
+        if self.max_bytes > 0 and rows > 1:
+            per_row = max(1, int(frame.memory_usage(index=False).sum()) // rows)
+            size = min(size, max(1, self.max_bytes // per_row))
+        if size >= rows:
+            yield frame
+            return
+        for start in range(0, rows, size):
+            part = frame.iloc[start:start + size]
+            part.index = pd.RangeIndex(len(part))
+            yield part
 
     def _as_initial_state(self, table: pa.Table) -> pa.Table:
         """The initial state's rows under its own column names, in its own column order

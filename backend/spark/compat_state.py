@@ -12,6 +12,7 @@ import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
+from pyspark.errors import PySparkRuntimeError
 from pyspark.sql.streaming.stateful_processor import (
     ListState as PySparkListState,
 )
@@ -29,6 +30,33 @@ from pyspark_dstl.backend.spark.errors import StateVariableError, TimerError
 from pyspark_dstl.backend.spark.processor import StatefulProcessorHandle
 from pyspark_dstl.backend.spark.schema_codec import RowCodec
 from pyspark_dstl.backend.spark.state import ListState, MapState, ValueState
+
+
+class DeletedStateError(StateVariableError, PySparkRuntimeError):
+    """A state variable was used after `handle.deleteIfExists` removed it; PySpark raises its
+    PySparkRuntimeError there, so this is one too."""
+
+    def __init__(self, message: str) -> None:
+        PySparkRuntimeError.__init__(self, message=message)
+        self._text = message
+
+    def __str__(self) -> str:
+        return self._text
+
+
+class _Deletable:
+    """What every PySpark-shaped state variable shares: it refuses use once deleted, with
+    PySpark's wording of the failed operation first."""
+
+    _name = ""
+    _deleted = False
+
+    def _check(self, operation: str) -> None:
+        if self._deleted:
+            raise DeletedStateError(
+                f"Error {operation}: state variable {self._name!r} was deleted with "
+                f"handle.deleteIfExists; declare it again (handle.get...State) to use it")
+
 
 TIME_MODE_WORDS = {"none": "None", "processing_time": "ProcessingTime",
                    "event_time": "EventTime"}  # PySpark's spelling of each mode
@@ -96,93 +124,116 @@ def ttl_ms_of(name: str, ttl: Any, time_mode: str) -> int | None:
     return int(ttl)
 
 
-class CompatValueState(PySparkValueState):
+class CompatValueState(_Deletable, PySparkValueState):
     """One tuple per grouping key."""
 
-    def __init__(self, native: ValueState, codec: RowCodec) -> None:
+    def __init__(self, native: ValueState, codec: RowCodec, name: str = "") -> None:
         self._native = native
         self._codec = codec
+        self._name = name
 
     def exists(self) -> bool:
+        self._check("checking value state exists")
         return self._native.exists()
 
     def get(self) -> tuple[Any, ...] | None:
+        self._check("getting value state")
         stored = self._native.get(None)
         return None if stored is None else self._codec.decode(stored)
 
     def update(self, newValue: Any) -> None:
+        self._check("updating value state")
         self._native.update(self._codec.encode(newValue))
 
     def clear(self) -> None:
+        self._check("clearing value state")
         self._native.clear()
 
 
-class CompatListState(PySparkListState):
+class CompatListState(_Deletable, PySparkListState):
     """A list of tuples per grouping key."""
 
-    def __init__(self, native: ListState, codec: RowCodec) -> None:
+    def __init__(self, native: ListState, codec: RowCodec, name: str = "") -> None:
         self._native = native
         self._codec = codec
+        self._name = name
 
     def exists(self) -> bool:
+        self._check("checking list state exists")
         return self._native.exists()
 
     def get(self) -> Iterator[tuple[Any, ...]]:
+        self._check("getting list state")
         decode = self._codec.decode
         return (decode(stored) for stored in self._native.get())
 
     def put(self, newState: Iterable[Any]) -> None:
+        self._check("putting list state")
         encode = self._codec.encode
         self._native.put([encode(value) for value in newState])
 
     def appendValue(self, newState: Any) -> None:
+        self._check("appending value to list state")
         self._native.append_value(self._codec.encode(newState))
 
     def appendList(self, newState: Iterable[Any]) -> None:
+        self._check("appending list to list state")
         encode = self._codec.encode
         self._native.append_list([encode(value) for value in newState])
 
     def clear(self) -> None:
+        self._check("clearing list state")
         self._native.clear()
 
 
-class CompatMapState(PySparkMapState):
+class CompatMapState(_Deletable, PySparkMapState):
     """A map from key tuples to value tuples per grouping key."""
 
-    def __init__(self, native: MapState, keys: RowCodec, values: RowCodec) -> None:
+    def __init__(self, native: MapState, keys: RowCodec, values: RowCodec,
+                 name: str = "") -> None:
         self._native = native
         self._keys = keys
         self._values = values
+        self._name = name
 
     def exists(self) -> bool:
+        self._check("checking map state exists")
         return self._native.exists()
 
     def getValue(self, key: Any) -> tuple[Any, ...] | None:
+        self._check("getting value")
         stored = self._native.get_value(self._keys.encode(key))
         return None if stored is None else self._values.decode(stored)
 
     def containsKey(self, key: Any) -> bool:
+        self._check("checking if map state contains key")
         return self._native.contains_key(self._keys.encode(key))
 
     def updateValue(self, key: Any, value: Any) -> None:
+        self._check("updating map state value")
         self._native.update_value(self._keys.encode(key), self._values.encode(value))
 
     def iterator(self) -> Iterator[tuple[tuple[Any, ...], tuple[Any, ...]]]:
+        self._check("iterating map state")
         keys, values = self._keys.decode, self._values.decode
         return ((keys(k), values(v)) for k, v in self._native.iterator())
 
     def keys(self) -> Iterator[tuple[Any, ...]]:
+        self._check("getting map state keys")
         decode = self._keys.decode
         return (decode(k) for k in self._native.keys())  # noqa: SIM118 - not a dict
 
     def values(self) -> Iterator[tuple[Any, ...]]:
+        self._check("getting map state values")
         decode = self._values.decode
         return (decode(v) for v in self._native.values())
 
     def removeKey(self, key: Any) -> None:
+        self._check("removing key from map state")
         self._native.remove_key(self._keys.encode(key))
 
     def clear(self) -> None:
+        self._check("clearing map state")
         self._native.clear()
 
 
@@ -195,6 +246,11 @@ class CompatHandle(PySparkHandle):
         self._native = native
         self._schemas = schemas
         self._entry = entry
+        self._declared: dict[str, list[_Deletable]] = {}
+
+    def _declare(self, name: str, variable: Any) -> Any:
+        self._declared.setdefault(name, []).append(variable)
+        return variable
 
     def _codec(self, name: str, schema: Any, role: str = "") -> RowCodec:
         what = f"{name} ({role})" if role else name
@@ -204,13 +260,15 @@ class CompatHandle(PySparkHandle):
                       ttlDurationMs: int | None = None) -> CompatValueState:
         codec = self._codec(stateName, schema)
         ttl = ttl_ms_of(stateName, ttlDurationMs, self._native.time_mode)
-        return CompatValueState(self._native.declare_state("value", stateName, ttl), codec)
+        return self._declare(stateName, CompatValueState(
+            self._native.declare_state("value", stateName, ttl), codec, stateName))
 
     def getListState(self, stateName: str, schema: Any,
                      ttlDurationMs: int | None = None) -> CompatListState:
         codec = self._codec(stateName, schema)
         ttl = ttl_ms_of(stateName, ttlDurationMs, self._native.time_mode)
-        return CompatListState(self._native.declare_state("list", stateName, ttl), codec)
+        return self._declare(stateName, CompatListState(
+            self._native.declare_state("list", stateName, ttl), codec, stateName))
 
     def getMapState(self, stateName: str, userKeySchema: Any,
                     valueSchema: Any,
@@ -218,7 +276,8 @@ class CompatHandle(PySparkHandle):
         keys = self._codec(stateName, userKeySchema, "map key")
         values = self._codec(stateName, valueSchema, "map value")
         ttl = ttl_ms_of(stateName, ttlDurationMs, self._native.time_mode)
-        return CompatMapState(self._native.declare_state("map", stateName, ttl), keys, values)
+        return self._declare(stateName, CompatMapState(
+            self._native.declare_state("map", stateName, ttl), keys, values, stateName))
 
     def _require_timers(self, call: str) -> None:
         mode = self._native.time_mode
@@ -242,3 +301,5 @@ class CompatHandle(PySparkHandle):
 
     def deleteIfExists(self, stateName: str) -> None:
         self._native.delete_state(stateName)
+        for variable in self._declared.pop(stateName, []):
+            variable._deleted = True

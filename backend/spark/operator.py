@@ -34,6 +34,7 @@ from pyspark_dstl.backend.spark.initial_state import InitialState
 from pyspark_dstl.backend.spark.output_files import (
     OutputPart,
     StagedOutput,
+    arrow_batches_limited,
     delete_batch,
     delete_before,
 )
@@ -393,7 +394,8 @@ class StatefulOperator:
         if result.output is None:
             raise CommitValidationError(f"batch {result.batch_id}: the stage output was "
                                         f"already released")
-        return spark.createDataFrame(result.output, schema=self.spec.output_schema)
+        with arrow_batches_limited(spark, result.output.num_rows):
+            return spark.createDataFrame(result.output, schema=self.spec.output_schema)
 
     def maybe_cleanup(self, batch_id: int | None = None) -> int:
         """Every `cleanupInterval` batches: delete what retained checkpoints no longer need,

@@ -18,6 +18,7 @@ Output traffic uses its own ChangelogStorage per worker process, so the state's 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import os
 import posixpath
@@ -153,7 +154,8 @@ class StagedOutput:
         the executors."""
         frames = []
         if self.inline.num_rows or not self.files:
-            frames.append(spark.createDataFrame(self.inline, schema=spark_schema))
+            with arrow_batches_limited(spark, self.inline.num_rows):
+                frames.append(spark.createDataFrame(self.inline, schema=spark_schema))
         if self.files:
             files = FileSet(self.url, self.settings, self.schema, self.files)
             ids = spark.range(0, len(files.files), 1, len(files.files))
@@ -223,3 +225,19 @@ def delete_before(storage: ChangelogStorage, operator: str, batch_id: int) -> in
             paths.append(info.path)
     storage.delete_many(paths)
     return len(paths)
+
+
+@contextlib.contextmanager
+def arrow_batches_limited(spark: Any, rows: int) -> Iterator[None]:
+    """PySpark's createDataFrame(<Arrow table>) fails when maxRecordsPerBatch is 0 or less
+    (Spark's "no limit"): for that call, the limit is the table's own size."""
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    value = str(spark.conf.get(key))
+    if value.lstrip("-").isdigit() and int(value) > 0:
+        yield
+        return
+    spark.conf.set(key, str(max(rows, 1)))
+    try:
+        yield
+    finally:
+        spark.conf.set(key, value)

@@ -6,6 +6,7 @@ mistake fails before the first batch, with the key or column named.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -200,11 +201,17 @@ class StatefulStream:
             location = default_engine_checkpoint(self.operator.checkpoint)
         source = self._df
         tick_file = self.operator.spec.time.tick_file
-        if tick_file is not None:
+        if tick_file is not None and no_data_batches(source.sparkSession):
+            if not python_sources_allowed(source.sparkSession, "timers"):
+                raise ConfigError(
+                    f"{ARROW_RECORDS}: timers reach this backend through a Python data "
+                    f"source, which needs a positive value; set it to a number of rows (Spark's "
+                    f"default is 10000)")
             self.operator.publish_latest_demand()
             source = source.unionByName(tick_stream(source.sparkSession, source.schema,
                                                     tick_file))
-        if self.operator.conf.query.observed_metrics:
+        if self.operator.conf.query.observed_metrics and python_sources_allowed(
+                source.sparkSession, "the state metrics in Spark's progress"):
             source = with_state_progress(source, self.operator.checkpoint,
                                          self.operator.spec.name,
                                          self.operator.conf.backend_settings)
@@ -227,6 +234,32 @@ class StatefulStream:
             fencing.abandon_query(self.operator)
             raise
         return StatefulQuery(query)
+
+
+ARROW_RECORDS = "spark.sql.execution.arrow.maxRecordsPerBatch"
+
+
+def python_sources_allowed(spark: Any, what: str) -> bool:
+    """PySpark's Python data sources refuse a maxRecordsPerBatch of 0 or less (no limit);
+    without them, `what` is not available (a warning says so)."""
+    try:
+        value = int(str(spark.conf.get(ARROW_RECORDS)))
+    except (ValueError, Exception):  # an older Spark without the key: sources work
+        return True
+    if value > 0:
+        return True
+    logging.getLogger(__name__).warning(
+        "%s=%s: %s are off for this query (PySpark's Python data sources need a positive "
+        "value)", ARROW_RECORDS, value, what)
+    return False
+
+
+def no_data_batches(spark: Any) -> bool:
+    """Whether Spark runs batches without new data (spark.sql.streaming.noDataMicroBatches
+    .enabled): only then do timers that fall due start a batch; otherwise they fire with the
+    next batch that has data, as in Spark."""
+    value = spark.conf.get("spark.sql.streaming.noDataMicroBatches.enabled", "true")
+    return str(value).strip().lower() != "false"
 
 
 def is_connect(spark: Any) -> bool:

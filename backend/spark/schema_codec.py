@@ -19,7 +19,7 @@ import calendar
 import datetime as dt
 import struct
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Context, Decimal, InvalidOperation
 from typing import Any
@@ -293,6 +293,8 @@ class _Fields:
                 raise _Misfit(f"expected {len(self.names)} values ({', '.join(self.names)}) "
                               f"but the {type(value).__name__} has {len(value)}", value)
             return list(value)
+        if isinstance(value, Iterable) and not isinstance(value, bytes | bytearray):
+            return self.values_of(tuple(value))  # as PySpark does: tuple(value)
         raise _Misfit(f"expected a tuple of {len(self.names)} values "
                       f"({', '.join(self.names)})", value)
 

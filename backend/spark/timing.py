@@ -61,7 +61,10 @@ class BatchClock:
             return cls(spec.mode, now_ms, NO_TIME, None, 0, False)
         recorded: Mapping[str, Any] = (base.extra.get("time") or {}) if base is not None else {}
         watermark = int(recorded.get("next_watermark_ms", INITIAL_WATERMARK_MS))
-        late = recorded.get("watermark_ms") if base is not None else None
+        # as in Spark's transformWithState, late rows are dropped only in event time; the
+        # watermark itself advances in every mode
+        late = (recorded.get("watermark_ms") if base is not None and spec.mode == "event_time"
+                else None)
         return cls(spec.mode, now_ms, watermark, None if late is None else int(late),
                    spec.watermark_delay_ms, True)
 

@@ -520,3 +520,77 @@ class TimerValuesProbe(StatefulProcessor):
 
     def close(self) -> None:
         pass
+
+
+# ---- what PySpark's own test module relies on --------------------------------------------------
+
+
+class UsesDeletedState(StatefulProcessor):
+    """Deletes a variable in init() and reports what using it afterwards raises."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.temp = handle.getValueState("temp", "v long")
+        handle.deleteIfExists("temp")
+
+    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
+                        timerValues: TimerValues) -> Iterator[pd.DataFrame]:
+        from pyspark.errors import PySparkRuntimeError
+
+        for _ in rows:
+            pass
+        try:
+            self.temp.exists()
+            raised = "nothing"
+        except PySparkRuntimeError as error:
+            raised = str(error).splitlines()[0]
+        yield pd.DataFrame({"user": [key[0]], "raised": [raised]})
+
+    def close(self) -> None:
+        pass
+
+
+class CountsFrames(StatefulProcessor):
+    """Emits how many frames the rows of a key arrived in."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        pass
+
+    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
+                        timerValues: TimerValues) -> Iterator[pd.DataFrame]:
+        yield pd.DataFrame({"user": [key[0]], "frames": [sum(1 for _ in rows)]})
+
+    def close(self) -> None:
+        pass
+
+
+class BareStringMapKey(StatefulProcessor):
+    """Uses a bare string as a one-field map key, as PySpark allows (it takes tuple(key))."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.seen = handle.getMapState("seen", "page string", "n long")
+
+    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
+                        timerValues: TimerValues) -> Iterator[pd.DataFrame]:
+        for frame in rows:
+            for page in frame["page"]:
+                known = self.seen.getValue(page) if self.seen.containsKey(page) else None
+                self.seen.updateValue(page, ((known[0] if known else 0) + 1,))
+        yield pd.DataFrame({"user": [key[0]], "pages": [sum(1 for _ in self.seen.keys())]})  # noqa: SIM118
+
+    def close(self) -> None:
+        pass
+
+
+class MinEventTime(StatefulProcessor):
+    """Emits the smallest event time of a key's rows in each batch (epoch seconds)."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        pass
+
+    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
+                        timerValues: TimerValues) -> Iterator[pd.DataFrame]:
+        smallest = min(int(frame["ts"].min().timestamp()) for frame in rows)
+        yield pd.DataFrame({"user": [key[0]], "smallest": [smallest]})
+
+    def close(self) -> None:
+        pass
