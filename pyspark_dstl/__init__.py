@@ -35,6 +35,7 @@ _SPARK_NAMES = {
     "read_state": "pyspark_dstl.backend.spark",
     "register_state_reader": "pyspark_dstl.backend.spark",
     "DefaultSource": "pyspark_dstl.backend.spark.reader",
+    "import_state": "pyspark_dstl.backend.spark.dropin.import_state",
 }
 _ALIASES = {"DefaultSource": "DstlStateDataSource"}
 

@@ -1,0 +1,1 @@
+"""Drop-in use of PySpark queries on this backend: the switch, and bringing their state along."""
