@@ -150,6 +150,27 @@ class SessionRows(StatefulProcessor):
         pass
 
 
+class RateTotals(StatefulProcessor):
+    """Per bucket of the rate source's values: the batch's range and count, and the totals."""
+
+    OUTPUT = "bucket long, lo long, hi long, n long, total_n long, total_sum long"
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.totals = handle.getValueState("totals", "n long, total long")
+
+    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
+                        timerValues: TimerValues) -> Iterator[pd.DataFrame]:
+        values = [int(v) for frame in rows for v in frame["value"]]
+        before = self.totals.get() or (0, 0)
+        after = (before[0] + len(values), before[1] + sum(values))
+        self.totals.update(after)
+        yield pd.DataFrame({"bucket": [key[0]], "lo": [min(values)], "hi": [max(values)],
+                            "n": [len(values)], "total_n": [after[0]], "total_sum": [after[1]]})
+
+    def close(self) -> None:
+        pass
+
+
 class CountOnly(StatefulProcessor):
     """Declares one value state: not the processor of the Journey query."""
 
@@ -330,6 +351,57 @@ def test_row_based_event_time_query_goes_on_here_through_the_command(spark: Any,
               if row[1] == "closed"}
     assert {(2, "a"), (2, "b"), (3, "c")} <= closed
     assert printed.getvalue().startswith("imported batch 1: ")
+
+
+def test_rate_source_goes_on_from_the_next_row(spark: Any, tmp_path: Path) -> None:
+    """The rate source keeps its start time under sources/ and its position in the offset log:
+    after the switch every value is processed exactly once, none twice, none skipped."""
+    spark_checkpoint, checkpoint = tmp_path / "pyspark", tmp_path / "dstl"
+    batches: dict[int, list[tuple[Any, ...]]] = {}
+
+    def sink(df: Any, batch_id: int) -> None:
+        batches[batch_id] = [tuple(row) for row in df.collect()]
+
+    def rates() -> Any:
+        from pyspark.sql import functions as F
+
+        return (spark.readStream.format("rate").option("rowsPerSecond", 20)
+                .option("numPartitions", 1).load()
+                .select((F.col("value") % 3).alias("bucket"), "value"))
+
+    with session_conf(spark, COMPARE_SETTINGS):
+        with session_conf(spark, PYSPARK_STATE_SETTINGS):
+            for _ in range(8):  # until PySpark committed two batches with rows
+                if sum(1 for rows in batches.values() if rows) >= 2:
+                    break
+                time.sleep(PAUSE_S)
+                out = rates().groupBy("bucket").transformWithStateInPandas(
+                    statefulProcessor=RateTotals(), outputStructType=RateTotals.OUTPUT,
+                    outputMode="Update", timeMode="None")
+                await_query(out.writeStream.foreachBatch(sink)
+                            .option("checkpointLocation", str(spark_checkpoint))
+                            .trigger(once=True).start())
+        before = max(batches)
+        report = import_state(spark, str(spark_checkpoint), str(checkpoint), RateTotals())
+        assert report.batch_id == before
+        for _ in range(2):
+            time.sleep(PAUSE_S)
+            stream = stateful(rates()).group_by("bucket").transformWithStateInPandas(
+                statefulProcessor=RateTotals(), outputStructType=RateTotals.OUTPUT,
+                outputMode="Update", timeMode="None", checkpoint=str(checkpoint))
+            await_query(stream.foreach_batch(sink).start(trigger={"once": True}))
+
+    assert sorted(b for b in batches if b > before) == [before + 1, before + 2]
+    assert all(batches[b] for b in (before + 1, before + 2))
+    ranges = sorted((lo, hi, n) for rows in batches.values() for _, lo, hi, n, _, _ in rows)
+    newest = max(hi for _, hi, _ in ranges)
+    assert sum(n for _, _, n in ranges) == newest + 1  # every value once
+    final = {row[0]: row for b in sorted(batches) for row in batches[b]}
+    assert sum(row[4] for row in final.values()) == newest + 1
+    assert sum(row[5] for row in final.values()) == newest * (newest + 1) // 2
+    first_here = min(lo for b in (before + 1, before + 2) for _, lo, _, _, _, _ in batches[b])
+    last_there = max(hi for b in batches if b <= before for _, _, hi, _, _, _ in batches[b])
+    assert first_here > last_there
 
 
 def _fake_spark_checkpoint(root: Path, offsets: int, commits: int) -> Path:

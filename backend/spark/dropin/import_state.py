@@ -178,7 +178,14 @@ def read_operator(spark: Any, checkpoint: SparkCheckpoint, batch_id: int) -> Spa
         variables.append(SparkVariable(name, KINDS[kind], bool(item.get("ttlEnabled"))))
     return SparkOperator(int(row["operatorId"]), str(row["operatorName"]),
                          int(row["numPartitions"]),
-                         time_mode_of(properties.get("timeMode", "None")), tuple(variables))
+                         _time_mode(properties.get("timeMode")), tuple(variables))
+
+
+def _time_mode(spark_word: Any) -> str:
+    """Spark records the time mode as NoTime, ProcessingTime or EventTime."""
+    if spark_word is None or str(spark_word).lower() == "notime":
+        return "none"
+    return time_mode_of(spark_word)
 
 
 @dataclass(frozen=True)
