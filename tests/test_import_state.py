@@ -10,11 +10,13 @@ batch). The processors live in this module; executors import them by module name
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import json
 import shutil
 import time
 from collections.abc import Callable, Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -55,36 +57,41 @@ PAUSE_S = 1.5
 
 
 class Journey(StatefulProcessor):
-    """Value, list and map state with TTL, a value without TTL, processing-time timers.
+    """Value, list and map state with TTL, a typed value without TTL, processing-time timers.
 
     Per key and batch: the running count, the list of values seen (cleared when a short timer
-    fires), hits per page (value % 3) and the last value; a value divisible by 5 arms a short
-    timer, every key keeps one long timer. Outputs carry no wall clock."""
+    fires), hits per page (value % 3), and the key's previous "last" value (a timestamp, a
+    decimal and a map among its fields), shown before it is replaced, so the first batch here
+    reads what was imported. A value divisible by 5 arms a short timer; every key keeps one long
+    timer. Outputs carry no wall clock."""
 
     OUTPUT = ("user string, kind string, count long, items long, item_sum long, pages long, "
-              "hits long, last long")
+              "hits long, last string")
+    LAST = "v long, note string, at timestamp, price decimal(10,2), tags map<string,long>"
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
         self.count = handle.getValueState("count", "n long", LONG_MS)
         self.items = handle.getListState("items", "v long", LONG_MS)
         self.pages = handle.getMapState("pages", "page string", "hits long", LONG_MS)
-        self.last = handle.getValueState("last", "v long, note string")
+        self.last = handle.getValueState("last", self.LAST)
 
-    def _row(self, key: Any, kind: str) -> pd.DataFrame:
+    def _row(self, key: Any, kind: str, last: Any) -> pd.DataFrame:
         count = self.count.get()
         items = [item[0] for item in self.items.get()]
         hits = [value[0] for value in self.pages.values()]
-        last = self.last.get()
+        shown = "-" if last is None else (
+            f"{last[0]}|{last[1]}|{last[2].isoformat()}|{last[3]}|{sorted(last[4].items())}")
         return pd.DataFrame({"user": [key[0]], "kind": [kind],
                              "count": [count[0] if count else 0], "items": [len(items)],
                              "item_sum": [sum(items)], "pages": [len(hits)],
-                             "hits": [sum(hits)], "last": [last[0] if last else -1]})
+                             "hits": [sum(hits)], "last": [shown]})
 
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
                         timerValues: TimerValues) -> Iterator[pd.DataFrame]:
         frame = pd.concat(list(rows)).sort_values("v")
         values = [int(v) for v in frame["v"]]
+        previous = self.last.get()
         before = self.count.get()
         self.count.update(((before[0] if before else 0) + len(values),))
         self.items.appendList([(v,) for v in values])
@@ -92,18 +99,21 @@ class Journey(StatefulProcessor):
             page = (f"p{v % 3}",)
             hits = self.pages.getValue(page)
             self.pages.updateValue(page, ((hits[0] if hits else 0) + 1,))
-        self.last.update((values[-1], f"last of {len(values)}"))
+        v = values[-1]
+        self.last.update((v, f"last of {len(values)}",
+                          dt.datetime(2024, 5, 1, 12, 0, 0, 250_000) + dt.timedelta(seconds=v),
+                          Decimal(v) / 4, {"n": len(values), "v": v}))
         now = timerValues.getCurrentProcessingTimeInMs()
         if any(v % 5 == 0 for v in values):
             self.handle.registerTimer(now + SHORT_MS)
         if not any(expiry > now + SHORT_MS for expiry in self.handle.listTimers()):
             self.handle.registerTimer(now + LONG_MS)
-        yield self._row(key, "rows")
+        yield self._row(key, "rows", previous)
 
     def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
                            expiredTimerInfo: ExpiredTimerInfo) -> Iterator[pd.DataFrame]:
         self.items.clear()
-        yield self._row(key, "timer")
+        yield self._row(key, "timer", self.last.get())
 
     def close(self) -> None:
         pass
@@ -290,13 +300,21 @@ def test_pandas_processing_time_query_goes_on_here_with_its_state(spark: Any,
         key = json.loads(row.key)[0]
         detail = row.map_key if row.kind == "map" else row.value if row.kind == "timer" else ""
         expiry = None if pd.isna(row.expires_at_ms) else int(row.expires_at_ms)
-        ours[(row.state_variable, key, str(detail))] = (row.value, expiry)
+        value = row.value
+        if row.state_variable == "last":  # its map field's pairs, in any order
+            fields = json.loads(value)
+            value = json.dumps([*fields[:4], sorted(fields[4])])
+        ours[(row.state_variable, key, str(detail))] = (value, expiry)
     theirs: dict[tuple[str, str, str], Any] = {}
     for row in spark_state(spark, spark_checkpoint, 1, stateVarName="count"):
         theirs[("count", row["key"][0], "")] = (json.dumps([row["value"]["value"]["n"]]),
                                                row["value"]["ttlExpirationMs"])
     for row in spark_state(spark, spark_checkpoint, 1, stateVarName="last"):
-        theirs[("last", row["key"][0], "")] = (json.dumps(list(row["value"])), None)
+        last = row["value"]  # stored here as the compat path stores it: micros, exact decimal
+        micros = round(last["at"].timestamp() * 1_000_000)  # a naive local datetime
+        theirs[("last", row["key"][0], "")] = (json.dumps(
+            [last["v"], last["note"], micros, str(last["price"]),
+             sorted([k, v] for k, v in last["tags"].items())]), None)
     for row in spark_state(spark, spark_checkpoint, 1, stateVarName="pages"):
         theirs[("pages", row["key"][0], json.dumps(list(row["user_map_key"])))] = (
             json.dumps([row["user_map_value"]["value"]["hits"]]),
