@@ -33,6 +33,7 @@ from pyspark_dstl.backend.spark.dropin.import_state import (
     IncompleteSparkCheckpointError,
     NoTransformWithStateError,
     ProcessorMismatchError,
+    SparkCheckpointError,
     TargetNotEmptyError,
 )
 from tests.support.tws_compare import (
@@ -486,3 +487,13 @@ def test_refuses_a_target_that_already_holds_state(spark: Any, tmp_path: Path) -
     (target / "engine" / "offsets").mkdir(parents=True)
     with pytest.raises(TargetNotEmptyError, match=r"engine checkpoint .* is not empty"):
         import_state(spark, str(source), str(target), Journey())
+
+
+def test_refuses_checkpoints_that_are_not_local(spark: Any, tmp_path: Path) -> None:
+    source = _fake_spark_checkpoint(tmp_path / "spark", offsets=1, commits=1)
+    with pytest.raises(SparkCheckpointError) as refused:
+        import_state(spark, "s3a://bucket/ckpt", str(tmp_path / "dstl"), Journey())
+    assert str(refused.value).startswith("Spark checkpoint 's3a://bucket/ckpt': import-state "
+                                         "works on local checkpoints only")
+    with pytest.raises(SparkCheckpointError, match="import into a local directory"):
+        import_state(spark, str(source), "s3://bucket/dstl", Journey())

@@ -75,6 +75,7 @@ __all__ = [
 
 ENTRY = "import-state"
 KINDS = {"ValueState": "value", "ListState": "list", "MapState": "map"}
+TARGET_FIX = "import into a local directory (it can be copied elsewhere as a whole)"
 TICK_OFFSET = '{"tick":-1}'  # the tick source's offset before its first tick (ticks.py)
 
 # columns of the import records, beside the key columns
@@ -497,14 +498,14 @@ def resolve_processor(processor: Any) -> Any:
 
 
 def check_target(checkpoint_url: str, engine: str) -> None:
-    root = local_path(checkpoint_url, "checkpoint")
+    root = local_path(checkpoint_url, "checkpoint", TARGET_FIX)
     for name in ("commits", "state"):
         directory = root / name
         if directory.is_dir() and any(directory.iterdir()):
             raise TargetNotEmptyError(
                 f"checkpoint {checkpoint_url!r} already holds state ({name}/ is not empty): "
                 f"import into a new, empty checkpoint location")
-    if not engine_is_empty(local_path(engine, "engine checkpoint")):
+    if not engine_is_empty(local_path(engine, "engine checkpoint", TARGET_FIX)):
         raise TargetNotEmptyError(
             f"engine checkpoint {engine!r} is not empty: import into a new checkpoint "
             f"location whose engine directory does not exist yet")
@@ -523,7 +524,7 @@ def import_state(spark: Any, spark_checkpoint: str, checkpoint: str, processor: 
     processor = resolve_processor(processor)
     source = SparkCheckpoint.open(spark_checkpoint)
     url = to_url(checkpoint)
-    local_path(url, "checkpoint")
+    local_path(url, "checkpoint", TARGET_FIX)
     engine = engine_checkpoint or default_engine_checkpoint(url)
     check_target(url, engine)
     logs = source.last_committed()
@@ -557,7 +558,7 @@ def import_state(spark: Any, spark_checkpoint: str, checkpoint: str, processor: 
         importer.release(result)
         fencing.hold(importer).release("import-state finished")
     ticks = [TICK_OFFSET] if operator.time_mode != "none" else []
-    copy_engine_logs(source, local_path(engine, "engine checkpoint"), ticks)
+    copy_engine_logs(source, local_path(engine, "engine checkpoint", TARGET_FIX), ticks)
     return ImportReport(batch_id=logs.batch_id, partitions=partitions, key_columns=key_columns,
                         time_mode=operator.time_mode,
                         variables=tuple(v.name for v in operator.variables),

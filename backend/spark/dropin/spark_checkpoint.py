@@ -54,15 +54,16 @@ class ProcessorMismatchError(ImportStateError):
     """The processor does not declare the state variables the Spark query kept."""
 
 
-def local_path(location: str, what: str) -> Path:
+def local_path(location: str, what: str,
+               fix: str = "copy it to a local directory first") -> Path:
     """A local directory from a path or a file:// URL; other schemes are refused."""
     if "://" not in location:
         return Path(os.path.abspath(os.path.expanduser(location)))
     parsed = urlparse(location)
     if parsed.scheme != "file":
         raise SparkCheckpointError(
-            f"{what} {location!r}: only local checkpoints (a path or a file:// URL) can be "
-            f"imported; copy the checkpoint to a local directory first")
+            f"{what} {location!r}: import-state works on local checkpoints only (a path or a "
+            f"file:// URL); {fix}")
     return Path(unquote(parsed.path))
 
 
