@@ -41,6 +41,7 @@ _SPARK_NAMES = {
     "StatefulDataFrame": "pyspark_dstl.backend.spark.dropin.frame",
     "StatefulStreamWriter": "pyspark_dstl.backend.spark.dropin.writer",
     "DropInUsageError": "pyspark_dstl.backend.spark.errors",
+    "import_state": "pyspark_dstl.backend.spark.dropin.import_state",
 }
 _ALIASES = {"DefaultSource": "DstlStateDataSource"}
 

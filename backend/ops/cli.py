@@ -1,8 +1,10 @@
 """`python -m pyspark_dstl inspect|verify|cleanup|takeover|report <checkpoint-url>`: look after
-a checkpoint root.
+a checkpoint root; `python -m pyspark_dstl import-state <spark-checkpoint> <checkpoint>
+--processor module:Class` brings a stopped PySpark query's state to a new checkpoint.
 
-Every command first checks that the root exists and holds a checkpoint (exit status 2 if
-not): a mistyped URL must never read as "0 problems".
+Every command but import-state first checks that the root exists and holds a checkpoint (exit
+status 2 if not): a mistyped URL must never read as "0 problems". import-state needs pyspark
+(the `spark` extra), which is imported only when that command runs.
 """
 
 from __future__ import annotations
@@ -24,9 +26,10 @@ from pyspark_dstl.backend.options import FencingOptions
 from pyspark_dstl.changelog.config import ChangelogOptions
 from pyspark_dstl.changelog.errors import ChangelogError
 from pyspark_dstl.changelog.storage_service import ChangelogStorage
-from pyspark_dstl.core.errors import ConfigError
+from pyspark_dstl.core.errors import ConfigError, DstlError
 from pyspark_dstl.materializer.errors import MaterializerError
 
+CONF_PREFIX = "spark.dstl."
 CHANGELOG_CONF_PREFIX = "spark.dstl.changelog."
 FENCING_CONF_PREFIX = "spark.dstl.fencing."
 
@@ -34,10 +37,19 @@ FENCING_CONF_PREFIX = "spark.dstl.fencing."
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m pyspark_dstl",
                                      description="Inspect, verify, clean, take over or report on a "
-                                                 "checkpoint root.")
+                                                 "checkpoint root; import a stopped PySpark "
+                                                 "query's state.")
     parser.add_argument("command", choices=("inspect", "verify", "cleanup", "takeover",
-                                            "report"))
-    parser.add_argument("url", help="checkpoint root, e.g. s3://bucket/query or file:///path")
+                                            "report", "import-state"))
+    parser.add_argument("url", help="checkpoint root, e.g. s3://bucket/query or file:///path "
+                                    "(import-state: the stopped Spark query's checkpoint)")
+    parser.add_argument("target", nargs="?",
+                        help="import-state: the new checkpoint of this backend (empty)")
+    parser.add_argument("--processor", help="import-state: the query's PySpark "
+                                            "StatefulProcessor as module:Class")
+    parser.add_argument("--name", help="import-state: the operator name (as process(name=...))")
+    parser.add_argument("--engine-checkpoint",
+                        help="import-state: where Spark's logs go (default <target>/engine)")
     parser.add_argument("--apply", action="store_true",
                         help="cleanup: really delete (the default is a dry run)")
     parser.add_argument("--retain", type=int, default=100,
@@ -51,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--s3-region", help="S3 region")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                         help=f"any {CHANGELOG_CONF_PREFIX}* or {FENCING_CONF_PREFIX}* setting "
-                             f"(repeatable)")
+                             f"(import-state: any {CONF_PREFIX}* setting; repeatable)")
     return parser
 
 
@@ -86,6 +98,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Exit status: 0 fine, 1 problems found (verify, cleanup), 2 usage or access errors."""
     out = out or sys.stdout
     args = build_parser().parse_args(argv)
+    if args.command == "import-state":
+        return _import_state(args, out)
     try:
         storage = ChangelogStorage(args.url, storage_options(args))
         fencing = fencing_options(args)
@@ -121,6 +135,39 @@ def _run(args: argparse.Namespace, storage: ChangelogStorage, fencing: FencingOp
     print(json.dumps(_cleanup_dict(cleanup), indent=1) if args.json
           else _format_cleanup(cleanup), file=out)
     return 1 if cleanup.problems else 0
+
+
+def _import_state(args: argparse.Namespace, out: TextIO) -> int:
+    """Runs in a SparkSession of its own (or the running one): Spark's state reader does the
+    reading. pyspark is imported here only, so the other commands work without it."""
+    if not args.target or not args.processor:
+        print("error: import-state needs <spark-checkpoint> <checkpoint> --processor "
+              "module:Class", file=sys.stderr)
+        return 2
+    conf: dict[str, str] = {}
+    for item in args.conf:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip().startswith(CONF_PREFIX):
+            print(f"error: --conf {item!r}: expected {CONF_PREFIX}KEY=VALUE", file=sys.stderr)
+            return 2
+        conf[key.strip()] = value
+    try:
+        from pyspark.sql import SparkSession
+
+        from pyspark_dstl.backend.spark.dropin.import_state import import_state
+    except ImportError as exc:
+        print(f"error: import-state needs pyspark (pip install 'pyspark-dstl[spark]'): {exc}",
+              file=sys.stderr)
+        return 2
+    spark = SparkSession.builder.appName("pyspark-dstl import-state").getOrCreate()
+    try:
+        report = import_state(spark, args.url, args.target, args.processor, name=args.name,
+                              conf=conf, engine_checkpoint=args.engine_checkpoint)
+    except DstlError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(report.describe(), file=out)
+    return 0
 
 
 def _verify(args: argparse.Namespace, storage: ChangelogStorage, out: TextIO) -> int:
