@@ -224,6 +224,23 @@ def dstl_starter(processor: Any, output: str, time_mode: str, row_api: bool) -> 
     return start
 
 
+def dropin_starter(processor: Any, output: str, time_mode: str, row_api: bool) -> Starter:
+    """PySpark's own query (pyspark_starter's, word for word) with the drop-in switch on: its
+    checkpointLocation is the imported checkpoint."""
+    native = pyspark_starter(processor, output, time_mode, row_api)
+
+    def start(df: Any, checkpoint: Path, sink: Callable[[Any, int], None]) -> Any:
+        import pyspark_dstl
+
+        pyspark_dstl.install()
+        try:
+            return native(df, checkpoint, sink)
+        finally:
+            pyspark_dstl.uninstall()
+
+    return start
+
+
 def side_by_side(spark: Any, root: Path, frames: list[pd.DataFrame], pauses: list[float],
                  input_schema: str, watermark: tuple[str, str] | None,
                  native: Starter, here: Starter,
@@ -341,7 +358,7 @@ def test_pandas_processing_time_query_goes_on_here_with_its_state(spark: Any,
                                          "query is not declared by CountOnly.init()")
 
 
-def test_row_based_event_time_query_goes_on_here_through_the_command(spark: Any,
+def test_row_based_event_time_query_goes_on_with_the_switch_after_the_command(spark: Any,
                                                                       tmp_path: Path) -> None:
     def events(*triples: tuple[str, float, int]) -> pd.DataFrame:
         return pd.DataFrame({"user": [t[0] for t in triples], "ts": [at(t[1]) for t in triples],
@@ -352,7 +369,7 @@ def test_row_based_event_time_query_goes_on_here_through_the_command(spark: Any,
               events(("c", 22, 5), ("d", 40, 6), ("e", 2, 7)),  # a, b close; e is not late yet
               events(("d", 41, 8), ("f", 50, 9), ("a", 5, 10))]  # c closes; a@5 is late
     native = pyspark_starter(SessionRows(), SessionRows.OUTPUT, "EventTime", row_api=True)
-    here = dstl_starter(SessionRows(), SessionRows.OUTPUT, "EventTime", row_api=True)
+    here = dropin_starter(SessionRows(), SessionRows.OUTPUT, "EventTime", row_api=True)
     printed = io.StringIO()
 
     def do_import(spark_checkpoint: Path, checkpoint: Path) -> None:
