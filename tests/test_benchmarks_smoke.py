@@ -21,6 +21,9 @@ import pytest
 
 from benchmarks.latency import LatencyModel
 
+# whole scripts in subprocesses, some with their own S3 server: the full tier, not the fast one
+pytestmark = pytest.mark.slow
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TINY = {
     "checkpoint_duration": ["--sizes", "300", "--checkpoints", "3"],
