@@ -14,6 +14,8 @@ import signal
 import sys
 import threading
 
+from pyspark_dstl.core.errors import DstlError
+
 ENV_VAR = "DSTL_KILL_POINT"
 
 POINTS = (
@@ -25,7 +27,7 @@ POINTS = (
 )
 
 
-class KillPointError(ValueError):
+class KillPointError(DstlError, ValueError):
     """DSTL_KILL_POINT does not name a known point and a positive count."""
 
 

@@ -69,7 +69,8 @@ class BackendOptions(Options):
     min_batches_to_retain: int = setting(
         "stateStore.minBatchesToRetain", INT, 100,
         "Committed versions kept restorable. Cleanup deletes only what no retained "
-        "checkpoint references, and only below the oldest retained version.", above=0)
+        "checkpoint references, and only below the oldest retained version. At least 2: a run "
+        "taken over keeps the batch it may still be recovering.", at_least=2)
     local_dir: str = setting(
         "stateStore.localDir", TEXT, factory=default_local_dir,
         doc="Per-host directory for open RocksDB instances, restore caches and local "

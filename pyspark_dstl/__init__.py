@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from pyspark_dstl.backend.errors import CheckpointHeldError, FencedError
 from pyspark_dstl.core.errors import ConfigError, DstlError
 
 _SPARK_NAMES = {
@@ -41,6 +42,14 @@ _SPARK_NAMES = {
     "StatefulDataFrame": "pyspark_dstl.backend.spark.dropin.frame",
     "StatefulStreamWriter": "pyspark_dstl.backend.spark.dropin.writer",
     "DropInUsageError": "pyspark_dstl.backend.spark.errors",
+    "StateEncodingError": "pyspark_dstl.backend.spark.errors",
+    "StateDecodingError": "pyspark_dstl.backend.spark.errors",
+    "StateVariableError": "pyspark_dstl.backend.spark.errors",
+    "PartitionCountError": "pyspark_dstl.backend.spark.errors",
+    "CommitValidationError": "pyspark_dstl.backend.spark.errors",
+    "OutputSchemaError": "pyspark_dstl.backend.spark.errors",
+    "ImportStateError": "pyspark_dstl.backend.spark.dropin.spark_checkpoint",
+    "DeletedStateError": "pyspark_dstl.backend.spark.compat_state",
     "import_state": "pyspark_dstl.backend.spark.dropin.import_state",
 }
 _ALIASES = {"DefaultSource": "DstlStateDataSource"}
@@ -55,4 +64,5 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-__all__ = ["ConfigError", "DstlError", *sorted(_SPARK_NAMES)]
+__all__ = ["CheckpointHeldError", "ConfigError", "DstlError", "FencedError",
+           *sorted(_SPARK_NAMES)]

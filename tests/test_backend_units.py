@@ -310,3 +310,8 @@ def test_the_transaction_cache_counts_entries_and_bytes_as_writes_replace_each_o
         cache.put("bad\x00cf", b"k", b"v")
     cache.clear()
     assert (len(cache), cache.size_bytes, cache.pending()) == (0, 0, [])
+
+
+def test_retaining_a_single_batch_is_refused_because_takeovers_need_two() -> None:
+    with pytest.raises(ConfigError, match=r"^spark\.dstl\.stateStore\.minBatchesToRetain"):
+        BackendOptions.from_conf({"spark.dstl.stateStore.minBatchesToRetain": "1"})

@@ -24,3 +24,14 @@ def test_large_values_are_quoted_in_a_few_hundred_characters(value: object) -> N
 def test_small_values_are_quoted_as_repr_does() -> None:
     assert excerpt("agg/0") == "'agg/0'"
     assert excerpt(ValueError("bad thing")) == "ValueError: bad thing"
+
+
+def test_every_error_the_facade_exports_derives_from_the_one_root() -> None:
+    import pyspark_dstl
+    from pyspark_dstl.backend.faults import KillPointError
+
+    exported = [getattr(pyspark_dstl, name) for name in pyspark_dstl.__all__
+                if name.endswith("Error")]
+    assert len(exported) >= 12
+    assert all(issubclass(error, pyspark_dstl.DstlError) for error in [*exported,
+                                                                         KillPointError])

@@ -43,14 +43,15 @@ class StatefulBuilder:
 
     def group_by(self, *columns: str) -> GroupedStateful:
         if not columns:
-            raise ValueError("group_by needs at least one column")
+            raise ConfigError("group_by(): give at least one grouping column")
         names = set(self._df.columns)
         for column in columns:
             if column not in names:
-                raise ValueError(f"group_by: no column {column!r} in {sorted(names)}")
+                raise ConfigError(f"group_by: no column {column!r} in the input; its columns are "
+                                  f"{sorted(names)}")
             type_name = self._df.schema[column].dataType.typeName()
             if type_name not in KEY_TYPES:
-                raise ValueError(f"group_by: column {column!r} has type {type_name}; grouping "
+                raise ConfigError(f"group_by: column {column!r} has type {type_name}; grouping "
                                  f"keys must be one of {', '.join(KEY_TYPES)}")
         return GroupedStateful(self._df, tuple(columns))
 
@@ -298,9 +299,9 @@ def _struct(spark: Any, schema: Any) -> Any:
         try:  # the session parses it: works on Spark Connect too (no local JVM there)
             parsed = spark.createDataFrame([], schema).schema
         except Exception as exc:  # Spark's parse error, whatever its class
-            raise ValueError(f"output schema {schema!r} is not a valid DDL string: "
+            raise ConfigError(f"output schema {schema!r} is not a valid DDL string: "
                              f"{exc}") from exc
         if isinstance(parsed, StructType):
             return parsed
-    raise ValueError(f"output schema must be a StructType or a DDL string such as "
+    raise ConfigError(f"output schema must be a StructType or a DDL string such as "
                      f"'user string, count long', got {schema!r}")
