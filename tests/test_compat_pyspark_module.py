@@ -120,3 +120,15 @@ def test_timers_start_batches_without_data_only_when_spark_runs_such_batches(
         query.awaitTermination()
     # with them, the query also reads the tick source that starts a batch for a due timer
     assert len(query.recentProgress[0]["sources"]) == sources
+
+
+def test_an_output_struct_with_non_null_fields_reaches_the_sink(spark: Any,
+                                                                tmp_path: Path) -> None:
+    from tests.support.compat_processors import NESTED_NOT_NULL_OUTPUT, NestedNotNullOutput
+
+    stream = (stateful(pages(spark, tmp_path / "in", [("a", "x"), ("a", "y")]))
+              .group_by("user").transformWithState(NestedNotNullOutput(),
+                                                   NESTED_NOT_NULL_OUTPUT, "Update", "None",
+                                                   checkpoint=str(tmp_path / "ckpt")))
+    rows = all_rows(run_to_end(stream, {}))
+    assert [(r["user"], r["value"]["id"], r["value"]["name"]) for r in rows] == [("a", 2, "n2")]

@@ -439,11 +439,27 @@ class StatefulOperator:
 
 
 def _result_struct(output_schema: Any) -> Any:
-    """The output schema, all nullable (the meta rows hold nulls), plus the meta column."""
+    """The output schema, nullable all the way down (the meta rows hold nulls, and Arrow
+    refuses a null struct whose fields are declared non-null), plus the meta column."""
     from pyspark.sql.types import StringType, StructField, StructType
 
-    fields = [StructField(f.name, f.dataType, True, f.metadata) for f in output_schema.fields]
+    fields = [StructField(f.name, _nullable_type(f.dataType), True, f.metadata)
+              for f in output_schema.fields]
     return StructType([*fields, StructField(META_COLUMN, StringType(), True)])
+
+
+def _nullable_type(data_type: Any) -> Any:
+    from pyspark.sql.types import ArrayType, MapType, StructField, StructType
+
+    if isinstance(data_type, StructType):
+        return StructType([StructField(f.name, _nullable_type(f.dataType), True, f.metadata)
+                           for f in data_type.fields])
+    if isinstance(data_type, ArrayType):
+        return ArrayType(_nullable_type(data_type.elementType), True)
+    if isinstance(data_type, MapType):
+        return MapType(_nullable_type(data_type.keyType), _nullable_type(data_type.valueType),
+                       True)
+    return data_type
 
 
 def _progress(result: StageResult, path: str, sink_seconds: float, commit_seconds: float,

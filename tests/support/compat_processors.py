@@ -594,3 +594,24 @@ class MinEventTime(StatefulProcessor):
 
     def close(self) -> None:
         pass
+
+
+NOT_NULL_INNER = StructType([StructField("id", IntegerType(), False),
+                             StructField("name", StringType(), False)])
+NESTED_NOT_NULL_OUTPUT = StructType([StructField("user", StringType(), True),
+                                     StructField("value", NOT_NULL_INNER, True)])
+
+
+class NestedNotNullOutput(StatefulProcessor):
+    """transformWithState: outputs a struct whose fields are declared non-null."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        pass
+
+    def handleInputRows(self, key: Any, rows: Iterator[Row],
+                        timerValues: TimerValues) -> Iterator[Row]:
+        count = sum(1 for _ in rows)
+        yield Row(user=key[0], value=Row(id=count, name=f"n{count}"))
+
+    def close(self) -> None:
+        pass
