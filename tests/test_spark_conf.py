@@ -48,6 +48,15 @@ def test_local_paths_become_file_urls() -> None:
     assert to_url("s3://bucket/root/") == "s3://bucket/root"
 
 
+def test_hadoops_one_slash_file_url_is_a_local_path() -> None:
+    assert to_url("file:/data/ckpt") == "file:///data/ckpt"
+
+
+def test_a_url_with_one_slash_after_its_scheme_is_refused_with_the_fix() -> None:
+    with pytest.raises(ConfigError, match=r"write s3://bucket/root$"):
+        to_url("s3:/bucket/root")
+
+
 def test_engine_checkpoint_of_a_remote_checkpoint_must_be_given() -> None:
     assert default_engine_checkpoint("file:///data/ckpt") == "file:///data/ckpt/engine"
     with pytest.raises(ConfigError, match="engineCheckpointLocation"):

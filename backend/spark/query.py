@@ -272,6 +272,8 @@ def to_url(location: str) -> str:
     """A checkpoint URL: URLs stay as they are, local paths become file:// URLs. A URL with one
     slash after its scheme (`s3:/bucket`) is refused: read as a local path it would create a
     folder named `s3:` in the working directory."""
+    if re.match(r"^file:/(?!/)", location):  # Hadoop's spelling of a local path
+        location = "file://" + location[len("file:"):]
     mistyped = re.match(r"^([A-Za-z][A-Za-z0-9+.-]+):/(?!/)", location)
     if mistyped:
         scheme = mistyped.group(1)

@@ -154,10 +154,12 @@ class StatefulStreamWriter:
                 queryName: str | None = None, **options: Any) -> Any:
         """Start the query writing into a catalog table (created if it does not exist)."""
         self._apply_start_arguments(format, outputMode, partitionBy, queryName, options)
+        kind = f"table {tableName}"
+        self._checkpoints(kind)  # a missing checkpoint fails before the table is created
         spark = self._frame.sparkSession
         sink = table_sink(spark, tableName, self._format, self._frame.schema,
                           self._partition_by, self._sink_options())
-        return self._start(f"table {tableName}", sink)
+        return self._start(kind, sink)
 
     # --- building the query ----------------------------------------------------------------
 
