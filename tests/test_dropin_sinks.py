@@ -120,19 +120,36 @@ def test_partition_by_lays_out_the_files_by_column(dropin: Any, tmp_path: Path) 
         == [("a", 2), ("a", 3), ("b", 1), ("c", 1)]
 
 
-def test_to_table_creates_the_table_and_appends_each_batch_once(dropin: Any,
-                                                                tmp_path: Path) -> None:
-    dropin.sql("DROP TABLE IF EXISTS dropin_table_counts")
+def test_to_table_appends_each_batch_once_to_a_table_stored_as_files(dropin: Any,
+                                                                    tmp_path: Path) -> None:
+    table = "dropin_table_counts"
+    dropin.sql(f"DROP TABLE IF EXISTS {table}")
+    dropin.sql(f"CREATE TABLE {table} (user STRING, count BIGINT) USING parquet "
+               f"LOCATION '{tmp_path / 'table'}'")
     try:
         query = (counts_over(dropin, tmp_path / "in", FIRST, SECOND).writeStream
-                 .option("checkpointLocation", str(tmp_path / "ckpt"))
-                 .toTable("dropin_table_counts"))
+                 .option("checkpointLocation", str(tmp_path / "ckpt")).toTable(table))
         query.processAllAvailable()
         query.stop()
-        assert rows_of(dropin.table("dropin_table_counts")) == [
-            ("a", 2), ("a", 3), ("b", 1), ("c", 1)]
+        assert rows_of(dropin.table(table)) == [("a", 2), ("a", 3), ("b", 1), ("c", 1)]
+        assert (tmp_path / "table" / "_spark_metadata" / "1").is_file()
     finally:
-        dropin.sql("DROP TABLE IF EXISTS dropin_table_counts")
+        dropin.sql(f"DROP TABLE IF EXISTS {table}")
+
+
+def test_to_table_creates_a_missing_table(dropin: Any, tmp_path: Path) -> None:
+    from pyspark_dstl.backend.spark.dropin.sinks import create_table, table_location
+
+    table = "dropin_created_counts"
+    dropin.sql(f"DROP TABLE IF EXISTS {table}")
+    schema = counts_over(dropin, tmp_path / "in", FIRST).schema
+    try:
+        create_table(dropin, table, schema, "parquet", ["user"])
+        provider, location = table_location(dropin, table)
+        assert provider == "parquet" and location
+        assert dropin.table(table).columns == ["count", "user"]  # partition columns go last
+    finally:
+        dropin.sql(f"DROP TABLE IF EXISTS {table}")
 
 
 def test_foreach_calls_open_process_close_per_partition(dropin: Any, tmp_path: Path) -> None:
