@@ -6,8 +6,8 @@ import os
 import tempfile
 from dataclasses import dataclass
 
-from pyspark_dstl.changelog.config import ChangelogOptions
-from pyspark_dstl.core.settings import (
+from pyspark_dstl.changelog.options import ChangelogOptions
+from pyspark_dstl.core.options import (
     BOOL,
     DURATION,
     INT,

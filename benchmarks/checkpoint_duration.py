@@ -39,7 +39,7 @@ from benchmarks.workload import (
 )
 from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
 from pyspark_dstl.backend.store.state_backend import StateBackend
-from pyspark_dstl.changelog.config import ChangelogOptions
+from pyspark_dstl.changelog.options import ChangelogOptions
 from pyspark_dstl.changelog.storage_service import ChangelogStorage
 from pyspark_dstl.materializer.handle import SnapshotRequest
 from pyspark_dstl.materializer.materializer import Materializer

@@ -25,7 +25,7 @@ from benchmarks.s3 import S3Harness
 from benchmarks.workload import OPERATOR, Workload, backend_options, file_url, load_store
 from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
 from pyspark_dstl.backend.store.state_backend import StateBackend
-from pyspark_dstl.changelog.config import ChangelogOptions
+from pyspark_dstl.changelog.options import ChangelogOptions
 from pyspark_dstl.materializer.options import MaterializerOptions
 
 NAME = "recovery"

@@ -16,7 +16,7 @@ from typing import Any
 
 from benchmarks.harness import REPO_ROOT
 from benchmarks.latency import LatencyModel
-from pyspark_dstl.changelog.config import ChangelogOptions
+from pyspark_dstl.changelog.options import ChangelogOptions
 from pyspark_dstl.changelog.storage.options import StorageOptions
 from tests.support.moto_server import ACCESS_KEY, REGION, SECRET_KEY
 

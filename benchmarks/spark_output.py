@@ -218,13 +218,13 @@ def best_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def default_mode() -> str:
-    from pyspark_dstl.backend.spark.conf import DstlConf
+    from pyspark_dstl.backend.spark.options import DstlConf
 
     return DstlConf.from_settings({}).query.output_mode
 
 
 def inline_bound() -> int:
-    from pyspark_dstl.backend.spark.conf import DstlConf
+    from pyspark_dstl.backend.spark.options import DstlConf
 
     return DstlConf.from_settings({}).query.output_inline_bytes
 

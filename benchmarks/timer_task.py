@@ -4,7 +4,7 @@ A Spark batch's duration mixes the stateful task with the engine's fixed costs (
 scheduling, the sink's job, the commit log). To see the task alone, this runs what a task of
 benchmarks/spark_timers.py runs, on one partition's share of the keys, without Spark: the
 backend's RocksDB store on file://, the same processors and the same runner
-(backend/spark/runner.py), batch 0 registering the timers and every later batch firing one
+(backend/spark/task/runner.py), batch 0 registering the timers and every later batch firing one
 slot. Named steps of the runner are timed by wrapping them while it runs: the due-timer scan,
 key decoding, the processor's calls, the timer deletes, the earliest-timer seek (which first
 flushes the batch's writes to RocksDB and the changelog) and the output's conversion to Arrow;
@@ -24,10 +24,10 @@ import pyarrow as pa
 
 from benchmarks.spark_timer_jobs import PerKeyTimeout, VectorizedTimeout
 from pyspark_dstl.backend.options import BackendOptions
-from pyspark_dstl.backend.spark import runner
-from pyspark_dstl.backend.spark.output import OutputCollector
-from pyspark_dstl.backend.spark.runner import BatchTimes, run_processor
-from pyspark_dstl.backend.spark.timers import TimerIndex
+from pyspark_dstl.backend.spark.task import runner
+from pyspark_dstl.backend.spark.task.output import OutputCollector
+from pyspark_dstl.backend.spark.task.runner import BatchTimes, run_processor
+from pyspark_dstl.backend.spark.time.timers import TimerIndex
 from pyspark_dstl.backend.store.state_backend import StateBackend
 
 OUTPUT = pa.schema([("user", pa.string()), ("expiry", pa.int64()), ("seen", pa.int64())])

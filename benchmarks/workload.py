@@ -20,7 +20,7 @@ from pyspark_dstl.backend.engines.records import encode_key
 from pyspark_dstl.backend.engines.rocksdb import RocksDBSettings
 from pyspark_dstl.backend.options import BackendOptions
 from pyspark_dstl.backend.store.api import StateStore
-from pyspark_dstl.changelog.config import ChangelogOptions
+from pyspark_dstl.changelog.options import ChangelogOptions
 from pyspark_dstl.materializer.options import MaterializerOptions
 
 VALUE_SIZE = 100

@@ -39,7 +39,7 @@ from benchmarks.workload import (
 )
 from pyspark_dstl.backend.store.api import StateStore, StateStoreProvider
 from pyspark_dstl.backend.store.state_backend import StateBackend
-from pyspark_dstl.changelog.config import ChangelogOptions
+from pyspark_dstl.changelog.options import ChangelogOptions
 
 NAME = "write_path"
 FULL: dict[str, Any] = {"keys": 1_000_000, "rounds": 7}

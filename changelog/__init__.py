@@ -1,6 +1,5 @@
 """The durable short-term log (FLIP-158 DSTL): writers, batched hedged uploads, handles, readers."""
 
-from pyspark_dstl.changelog.config import CONF_KEYS, ChangelogOptions
 from pyspark_dstl.changelog.errors import (
     ChangelogError,
     FormatError,
@@ -17,6 +16,7 @@ from pyspark_dstl.changelog.errors import (
 from pyspark_dstl.changelog.files import LogInFile, read_file_header, read_file_log
 from pyspark_dstl.changelog.format import ChangeSet, LogHeader
 from pyspark_dstl.changelog.handle import ChangelogHandle, Segment
+from pyspark_dstl.changelog.options import CONF_KEYS, ChangelogOptions
 from pyspark_dstl.changelog.reader import ChangelogReader
 from pyspark_dstl.changelog.storage import open_storage
 from pyspark_dstl.changelog.storage.base import ObjectInfo, ObjectStore

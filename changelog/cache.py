@@ -19,7 +19,7 @@ import time
 import uuid
 from collections import OrderedDict
 
-from pyspark_dstl.changelog.config import CONF_KEYS, ChangelogOptions
+from pyspark_dstl.changelog.options import CONF_KEYS, ChangelogOptions
 from pyspark_dstl.core.errors import ConfigError
 
 log = logging.getLogger(__name__)

@@ -13,9 +13,9 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from pyspark_dstl.changelog.config import ChangelogOptions
 from pyspark_dstl.changelog.errors import TransientStorageError
 from pyspark_dstl.changelog.metrics import ChangelogMetrics, quantile
+from pyspark_dstl.changelog.options import ChangelogOptions
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)

@@ -17,7 +17,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from itertools import islice
 
 from pyspark_dstl.changelog.cache import SegmentCache
-from pyspark_dstl.changelog.config import ChangelogOptions
 from pyspark_dstl.changelog.errors import FormatError, TruncatedFileError
 from pyspark_dstl.changelog.format import (
     PREAMBLE_SIZE,
@@ -27,6 +26,7 @@ from pyspark_dstl.changelog.format import (
     iter_frames,
 )
 from pyspark_dstl.changelog.handle import ChangelogHandle, Segment
+from pyspark_dstl.changelog.options import ChangelogOptions
 from pyspark_dstl.changelog.storage.base import ObjectStore
 
 log = logging.getLogger(__name__)

@@ -19,9 +19,9 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from pyspark_dstl.changelog.config import ChangelogOptions
 from pyspark_dstl.changelog.errors import TransientStorageError
 from pyspark_dstl.changelog.metrics import ChangelogMetrics
+from pyspark_dstl.changelog.options import ChangelogOptions
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)

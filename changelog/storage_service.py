@@ -17,13 +17,13 @@ from collections.abc import Coroutine, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
-from pyspark_dstl.changelog.config import ChangelogOptions
 from pyspark_dstl.changelog.errors import ChangelogError, WriterClosedError
 from pyspark_dstl.changelog.format import ChangeSet
 from pyspark_dstl.changelog.handle import ChangelogHandle
 from pyspark_dstl.changelog.hedging import HedgeBudget, LatencyTracker
 from pyspark_dstl.changelog.limiter import InFlightLimiter
 from pyspark_dstl.changelog.metrics import ChangelogMetrics
+from pyspark_dstl.changelog.options import ChangelogOptions
 from pyspark_dstl.changelog.reader import ChangelogReader
 from pyspark_dstl.changelog.refcounts import FileRefCounts
 from pyspark_dstl.changelog.retry import RetryPolicy

@@ -6,10 +6,10 @@ import asyncio
 import logging
 import time
 
-from pyspark_dstl.changelog.config import ChangelogOptions
 from pyspark_dstl.changelog.errors import ObjectExistsError, UploadFailedError
 from pyspark_dstl.changelog.hedging import HedgeBudget, Hedger, LatencyTracker
 from pyspark_dstl.changelog.metrics import ChangelogMetrics
+from pyspark_dstl.changelog.options import ChangelogOptions
 from pyspark_dstl.changelog.retry import RetryPolicy
 from pyspark_dstl.changelog.storage.base import ObjectStore, check_key, md5_hex
 

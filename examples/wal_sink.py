@@ -32,8 +32,8 @@ import pandas as pd
 from main_job import local_session
 
 from pyspark_dstl.backend.spark import StatefulProcessor, StatefulProcessorHandle, stateful
-from pyspark_dstl.changelog.config import ChangelogOptions
 from pyspark_dstl.changelog.files import read_file_log
+from pyspark_dstl.changelog.options import ChangelogOptions
 from pyspark_dstl.changelog.storage_service import ChangelogStorage
 
 WAL_DIR = "wal"

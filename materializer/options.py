@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pyspark_dstl.core.settings import (
+from pyspark_dstl.core.options import (
     INT,
     OPTIONAL_DURATION,
     OPTIONAL_INT,

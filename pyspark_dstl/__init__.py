@@ -35,7 +35,7 @@ _SPARK_NAMES = {
     "observed_state_metrics": "pyspark_dstl.backend.spark",
     "read_state": "pyspark_dstl.backend.spark",
     "register_state_reader": "pyspark_dstl.backend.spark",
-    "DefaultSource": "pyspark_dstl.backend.spark.reader",
+    "DefaultSource": "pyspark_dstl.backend.spark.sources.state_reader",
     "install": "pyspark_dstl.backend.spark.dropin.switch",
     "uninstall": "pyspark_dstl.backend.spark.dropin.switch",
     "installed": "pyspark_dstl.backend.spark.dropin.switch",
@@ -49,7 +49,7 @@ _SPARK_NAMES = {
     "CommitValidationError": "pyspark_dstl.backend.spark.errors",
     "OutputSchemaError": "pyspark_dstl.backend.spark.errors",
     "ImportStateError": "pyspark_dstl.backend.spark.dropin.spark_checkpoint",
-    "DeletedStateError": "pyspark_dstl.backend.spark.compat_state",
+    "DeletedStateError": "pyspark_dstl.backend.spark.compat.state",
     "import_state": "pyspark_dstl.backend.spark.dropin.import_state",
 }
 _ALIASES = {"DefaultSource": "DstlStateDataSource"}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pyspark_dstl.changelog.config import ChangelogOptions
+from pyspark_dstl.changelog.options import ChangelogOptions
 from pyspark_dstl.changelog.storage import ObjectStore, open_storage
 from pyspark_dstl.changelog.storage.memory import MemoryStore
 from pyspark_dstl.core.loop import EventLoopThread

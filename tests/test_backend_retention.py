@@ -26,8 +26,8 @@ from pyspark_dstl.backend.ops.cleanup import (
     default_incomplete_grace,
 )
 from pyspark_dstl.backend.ops.verify import verify_checkpoint
-from pyspark_dstl.changelog.config import ChangelogOptions
 from pyspark_dstl.changelog.errors import PermanentStorageError
+from pyspark_dstl.changelog.options import ChangelogOptions
 from pyspark_dstl.changelog.storage.base import ObjectInfo
 from pyspark_dstl.changelog.storage_service import ChangelogStorage
 from pyspark_dstl.materializer.listing import aread_manifest

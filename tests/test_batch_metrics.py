@@ -11,7 +11,7 @@ from pyspark_dstl.backend.ops.batch_metrics import (
     task_measures,
     upload_measures,
 )
-from pyspark_dstl.backend.spark.upload_stats import upload_delta
+from pyspark_dstl.backend.spark.task.upload_stats import upload_delta
 from pyspark_dstl.changelog.storage_service import ChangelogStorage
 
 

@@ -16,8 +16,8 @@ from pyspark.sql import Row
 from pyspark.sql import types as T
 
 from pyspark_dstl.backend.spark import StateDecodingError, StateEncodingError, StateVariableError
-from pyspark_dstl.backend.spark.compat_state import SchemaBook
-from pyspark_dstl.backend.spark.schema_codec import RowCodec
+from pyspark_dstl.backend.spark.codec.rows import RowCodec
+from pyspark_dstl.backend.spark.compat.state import SchemaBook
 
 
 def codec(*fields: tuple[str, Any], nullable: bool = True) -> RowCodec:

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pyspark_dstl.backend.spark.codec import encode_key
-from pyspark_dstl.backend.spark.grouping import KeyedBatch
-from pyspark_dstl.backend.spark.key_columns import encode_key_columns
+from pyspark_dstl.backend.spark.api.grouping import KeyedBatch
+from pyspark_dstl.backend.spark.codec.key_columns import encode_key_columns
+from pyspark_dstl.backend.spark.codec.values import encode_key
 
 INT_BOUNDARIES = [0, 1, 127, 128, 255, 256, 65535, 65536, 2**32 - 1, 2**32, 2**63 - 1,
                   -1, -32, -33, -128, -129, -32768, -32769, -(2**31), -(2**31) - 1, -(2**63),

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from rocksdict import Options, Rdict
 
-from pyspark_dstl.changelog.config import ChangelogOptions
+from pyspark_dstl.changelog.options import ChangelogOptions
 from pyspark_dstl.changelog.storage_service import ChangelogStorage
 from pyspark_dstl.materializer import (
     Decision,

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from pyspark_dstl.backend.spark.errors import OutputFileError
-from pyspark_dstl.backend.spark.output_files import (
+from pyspark_dstl.backend.spark.task.output_files import (
     OutputPart,
     delete_batch,
     delete_before,

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from pyspark_dstl.changelog.cache import SegmentCache
-from pyspark_dstl.changelog.config import ChangelogOptions
 from pyspark_dstl.changelog.errors import (
     BadMagicError,
     ChecksumMismatchError,
@@ -33,6 +32,7 @@ from pyspark_dstl.changelog.format import (
     encode_file,
 )
 from pyspark_dstl.changelog.handle import ChangelogHandle, Segment
+from pyspark_dstl.changelog.options import ChangelogOptions
 from pyspark_dstl.changelog.reader import (
     DECODE_IN_THREAD_BYTES,
     PREAMBLE_WINDOW_BYTES,

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from pyspark_dstl.changelog.config import ChangelogOptions
+from pyspark_dstl.changelog.options import ChangelogOptions
 from pyspark_dstl.core.errors import ConfigError
-from pyspark_dstl.core.settings import (
+from pyspark_dstl.core.options import (
     BOOL,
     DURATION,
     FLOAT,

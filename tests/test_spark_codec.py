@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pyspark_dstl.backend.spark.codec import (
+from pyspark_dstl.backend.spark.codec.values import (
     decode_elements,
     decode_key,
     decode_user_key,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pyspark_dstl.backend.spark.conf import DstlConf
-from pyspark_dstl.backend.spark.query import default_engine_checkpoint, to_url
+from pyspark_dstl.backend.spark.locations import default_engine_checkpoint, to_url
+from pyspark_dstl.backend.spark.options import DstlConf
 from pyspark_dstl.core.errors import ConfigError
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from pyspark_dstl.backend.spark import stateful
-from pyspark_dstl.backend.spark.task_errors import StatefulTaskError
+from pyspark_dstl.backend.spark.task.failures import StatefulTaskError
 from tests.support.spark import (
     COUNT_SCHEMA,
     FailOnKeyProcessor,

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from pyspark_dstl.backend.errors import CheckpointHeldError, FencedError
-from pyspark_dstl.backend.spark import fencing, stateful
+from pyspark_dstl.backend.spark import stateful
+from pyspark_dstl.backend.spark.driver import lease as fencing
 from tests.support.spark import (
     COUNT_SCHEMA,
     INPUT_SCHEMA,

@@ -6,9 +6,9 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
+from pyspark_dstl.backend.spark.api.grouping import KeyedBatch, Keys
 from pyspark_dstl.backend.spark.errors import OutputSchemaError
-from pyspark_dstl.backend.spark.grouping import KeyedBatch, Keys
-from pyspark_dstl.backend.spark.output import OutputCollector
+from pyspark_dstl.backend.spark.task.output import OutputCollector
 
 SCHEMA = pa.schema([("user", pa.string()), ("count", pa.int64())])
 

@@ -12,7 +12,7 @@ import pytest
 
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
 from pyspark_dstl.backend.spark import StatefulStream, observed_state_metrics, stateful
-from pyspark_dstl.backend.spark.progress import LOGGER_NAME, OBSERVATION
+from pyspark_dstl.backend.spark.driver.progress import LOGGER_NAME, OBSERVATION
 from pyspark_dstl.changelog.storage_service import ChangelogStorage
 from tests.support.fault_proxy import FaultRule
 from tests.support.spark import (

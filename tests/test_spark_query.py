@@ -15,7 +15,7 @@ from pyspark_dstl.backend.spark import (
     StatefulStream,
     stateful,
 )
-from pyspark_dstl.backend.spark.executor import store_cache
+from pyspark_dstl.backend.spark.task.store_cache import store_cache
 from pyspark_dstl.core.errors import ConfigError
 from tests.support.spark import (
     COUNT_SCHEMA,

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from pyspark_dstl.backend.options import BackendOptions
-from pyspark_dstl.backend.spark.codec import encode_key
+from pyspark_dstl.backend.spark.api.processor import StatefulProcessorHandle
+from pyspark_dstl.backend.spark.api.state import KeyContext
+from pyspark_dstl.backend.spark.codec.values import encode_key
 from pyspark_dstl.backend.spark.errors import StateVariableError
-from pyspark_dstl.backend.spark.processor import StatefulProcessorHandle
-from pyspark_dstl.backend.spark.state import KeyContext
 from pyspark_dstl.backend.store.api import StateStore
 from pyspark_dstl.backend.store.state_backend import StateBackend
 

@@ -1,4 +1,4 @@
-"""Firing timers in one task (backend/spark/runner.py) on a real RocksDB store, without Spark:
+"""Firing timers in one task (backend/spark/task/runner.py) on a real RocksDB store, without Spark:
 which due timers reach the processor when handlers delete timers, and what the index holds
 after a batch."""
 
@@ -10,13 +10,13 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
-from pyspark_dstl.backend.spark.processor import (
+from pyspark_dstl.backend.spark.api.processor import (
     StatefulProcessor,
     StatefulProcessorHandle,
     VectorizedStatefulProcessor,
 )
-from pyspark_dstl.backend.spark.runner import BatchTimes, RunResult, run_processor
-from pyspark_dstl.backend.spark.timers import TimerIndex
+from pyspark_dstl.backend.spark.task.runner import BatchTimes, RunResult, run_processor
+from pyspark_dstl.backend.spark.time.timers import TimerIndex
 from pyspark_dstl.backend.store.api import StateStore
 from tests.support.backend import BackendEnv, env  # noqa: F401 - fixture
 

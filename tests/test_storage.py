@@ -13,7 +13,6 @@ from pathlib import Path
 import fsspec
 import pytest
 
-from pyspark_dstl.changelog.config import ChangelogOptions
 from pyspark_dstl.changelog.errors import (
     ChangelogError,
     ObjectExistsError,
@@ -21,6 +20,7 @@ from pyspark_dstl.changelog.errors import (
     PermanentStorageError,
     UnsupportedStorageError,
 )
+from pyspark_dstl.changelog.options import ChangelogOptions
 from pyspark_dstl.changelog.storage import (
     FsspecStore,
     LocalStore,

@@ -8,8 +8,8 @@ from urllib.parse import SplitResult
 
 import pytest
 
-from pyspark_dstl.changelog.config import ChangelogOptions
 from pyspark_dstl.changelog.errors import UnsupportedStorageError
+from pyspark_dstl.changelog.options import ChangelogOptions
 from pyspark_dstl.changelog.storage import (
     STORE_FACTORIES,
     ConnectionNeeds,

@@ -9,14 +9,14 @@ import pyarrow as pa
 import pytest
 
 from pyspark_dstl.backend.lineage.commit_entry import CommitEntry
-from pyspark_dstl.backend.spark.event_time import (
+from pyspark_dstl.backend.spark.time.clock import BatchClock, TimeSpec
+from pyspark_dstl.backend.spark.time.modes import time_mode_of
+from pyspark_dstl.backend.spark.time.ticks import TickDemand, read_demand, write_demand
+from pyspark_dstl.backend.spark.time.watermark import (
     drop_late_rows,
     max_event_time_ms,
     next_watermark_ms,
 )
-from pyspark_dstl.backend.spark.ticks import TickDemand, read_demand, write_demand
-from pyspark_dstl.backend.spark.timing import BatchClock, TimeSpec
-from pyspark_dstl.backend.spark.validation import time_mode_of
 from pyspark_dstl.core.errors import ConfigError
 
 EVENT = TimeSpec("event_time", "ts", 10_000)

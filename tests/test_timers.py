@@ -16,16 +16,16 @@ import pyarrow as pa
 import pytest
 
 from pyspark_dstl.backend.options import BackendOptions
-from pyspark_dstl.backend.spark.codec import encode_key
-from pyspark_dstl.backend.spark.errors import TimerError
-from pyspark_dstl.backend.spark.processor import (
+from pyspark_dstl.backend.spark.api.processor import (
     ExpiredTimers,
     StatefulProcessor,
     StatefulProcessorHandle,
     VectorizedStatefulProcessor,
 )
-from pyspark_dstl.backend.spark.runner import BatchTimes, RunResult, run_processor
-from pyspark_dstl.backend.spark.timers import TimerIndex, expiry_bytes
+from pyspark_dstl.backend.spark.codec.values import encode_key
+from pyspark_dstl.backend.spark.errors import TimerError
+from pyspark_dstl.backend.spark.task.runner import BatchTimes, RunResult, run_processor
+from pyspark_dstl.backend.spark.time.timers import TimerIndex, expiry_bytes
 from pyspark_dstl.backend.store.api import StateStore
 from pyspark_dstl.backend.store.state_backend import StateBackend
 

@@ -39,7 +39,7 @@ from pyspark_dstl.backend.lineage.listing import StoreDirListing, list_stores
 from pyspark_dstl.backend.lineage.naming import store_dir
 from pyspark_dstl.backend.ops.attempts import attempts_of, read_newest_header
 from pyspark_dstl.backend.options import FencingOptions
-from pyspark_dstl.changelog.config import ChangelogOptions
+from pyspark_dstl.changelog.options import ChangelogOptions
 from pyspark_dstl.changelog.storage.base import ObjectInfo
 from pyspark_dstl.materializer.errors import MaterializerError
 from pyspark_dstl.materializer.listing import aread_manifest

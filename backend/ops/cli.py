@@ -23,8 +23,8 @@ from pyspark_dstl.backend.ops.report_page import write_report
 from pyspark_dstl.backend.ops.root import require_checkpoint
 from pyspark_dstl.backend.ops.verify import verify_report
 from pyspark_dstl.backend.options import FencingOptions
-from pyspark_dstl.changelog.config import ChangelogOptions
 from pyspark_dstl.changelog.errors import ChangelogError
+from pyspark_dstl.changelog.options import ChangelogOptions
 from pyspark_dstl.changelog.storage_service import ChangelogStorage
 from pyspark_dstl.core.errors import ConfigError, DstlError
 from pyspark_dstl.materializer.errors import MaterializerError

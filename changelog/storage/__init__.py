@@ -29,7 +29,7 @@ from pyspark_dstl.changelog.storage.options import ConnectionNeeds, StorageOptio
 from pyspark_dstl.changelog.storage.s3 import S3Store
 
 if TYPE_CHECKING:
-    from pyspark_dstl.changelog.config import ChangelogOptions
+    from pyspark_dstl.changelog.options import ChangelogOptions
 
 __all__ = [
     "STORE_FACTORIES",

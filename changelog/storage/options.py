@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from pyspark_dstl.core.settings import (
+from pyspark_dstl.core.options import (
     OPTIONAL_INT,
     OPTIONAL_TEXT,
     WORD,

@@ -22,7 +22,7 @@ from typing import Any
 from pyspark_dstl.backend.options import BackendOptions
 from pyspark_dstl.backend.store.api import StateStore
 from pyspark_dstl.backend.store.state_backend import StateBackend
-from pyspark_dstl.changelog.config import ChangelogOptions
+from pyspark_dstl.changelog.options import ChangelogOptions
 from tests.reliability.model import WorkloadSpec, batch_changes
 from tests.reliability.workload import LIBRARY_ERRORS
 

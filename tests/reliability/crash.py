@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from pyspark_dstl.backend.faults import POINTS
-from pyspark_dstl.changelog.config import ChangelogOptions
 from pyspark_dstl.changelog.errors import ObjectNotFoundError
+from pyspark_dstl.changelog.options import ChangelogOptions
 from tests.reliability.child import ChildRun, Event
 from tests.reliability.workload import EXIT_FENCED, EXIT_MISMATCH, EXIT_REFUSED
 from tests.support import FaultRule, S3Env

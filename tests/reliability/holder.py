@@ -23,7 +23,7 @@ from pyspark_dstl.backend.lineage.commit_log import CommitEntry, CommitLog
 from pyspark_dstl.backend.lineage.fencing import acquire
 from pyspark_dstl.backend.ops.cleanup import cleanup_checkpoint
 from pyspark_dstl.backend.options import FencingOptions
-from pyspark_dstl.changelog.config import ChangelogOptions
+from pyspark_dstl.changelog.options import ChangelogOptions
 from pyspark_dstl.changelog.storage_service import ChangelogStorage
 from pyspark_dstl.core.units import parse_duration
 

@@ -10,13 +10,13 @@ import pytest
 from pyspark_dstl.backend.errors import CommitLogError, ProviderError, StoreIdError
 from pyspark_dstl.backend.lineage.commit_log import CommitEntry
 from pyspark_dstl.backend.options import BackendOptions
-from pyspark_dstl.backend.spark.codec import encode_key
+from pyspark_dstl.backend.spark.api.processor import StatefulProcessorHandle
+from pyspark_dstl.backend.spark.api.state import KeyContext
+from pyspark_dstl.backend.spark.codec.values import encode_key
 from pyspark_dstl.backend.spark.errors import StateEncodingError
-from pyspark_dstl.backend.spark.processor import StatefulProcessorHandle
-from pyspark_dstl.backend.spark.state import KeyContext
 from pyspark_dstl.backend.store.state_backend import StateBackend
-from pyspark_dstl.changelog.config import ChangelogOptions
 from pyspark_dstl.changelog.errors import StorageError
+from pyspark_dstl.changelog.options import ChangelogOptions
 from pyspark_dstl.changelog.storage_service import ChangelogStorage
 from pyspark_dstl.core.errors import ConfigError
 from tests.reliability.inputs import (

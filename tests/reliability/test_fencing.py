@@ -20,7 +20,7 @@ from pyspark_dstl.backend.lineage.commit_log import CommitEntry, CommitLog
 from pyspark_dstl.backend.lineage.fencing import acquire, holder_of
 from pyspark_dstl.backend.ops.cli import main
 from pyspark_dstl.backend.options import FencingOptions
-from pyspark_dstl.changelog.config import ChangelogOptions
+from pyspark_dstl.changelog.options import ChangelogOptions
 from pyspark_dstl.changelog.storage_service import ChangelogStorage
 from tests.reliability.child import ChildRun, Event
 from tests.reliability.crash import CrashHarness

@@ -19,7 +19,7 @@ from pyspark_dstl.backend.lineage.fencing import CheckpointLease, acquire
 from pyspark_dstl.backend.options import BackendOptions, FencingOptions
 from pyspark_dstl.backend.store.api import StateStore, StateStoreProvider
 from pyspark_dstl.backend.store.state_backend import StateBackend
-from pyspark_dstl.changelog.config import ChangelogOptions
+from pyspark_dstl.changelog.options import ChangelogOptions
 from pyspark_dstl.changelog.storage_service import ChangelogStorage
 from pyspark_dstl.materializer.options import MaterializerOptions
 from tests.support import S3Env

@@ -12,8 +12,8 @@ from pyspark_dstl.backend.spark import (
     StatefulProcessorHandle,
     VectorizedStatefulProcessor,
 )
-from pyspark_dstl.backend.spark.grouping import KeyedBatch
-from pyspark_dstl.backend.spark.processor import ExpiredTimers
+from pyspark_dstl.backend.spark.api.grouping import KeyedBatch
+from pyspark_dstl.backend.spark.api.processor import ExpiredTimers
 
 GAP_MS = 30_000
 EVENT_SCHEMA = "user string, ts timestamp"

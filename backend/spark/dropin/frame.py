@@ -85,7 +85,7 @@ class StatefulDataFrame:
     def of(cls, source: Any, key_columns: tuple[str, ...], rows_as: str,
            arguments: Mapping[str, Any]) -> StatefulDataFrame:
         """Check PySpark's arguments now (as PySpark does at the call) and stand in."""
-        from pyspark_dstl.backend.spark.compat import plan_transform
+        from pyspark_dstl.backend.spark.compat.transform import plan_transform
 
         plan = plan_transform(source, key_columns, arguments["statefulProcessor"],
                               arguments["outputStructType"], arguments["outputMode"],

@@ -31,10 +31,18 @@ from dataclasses import dataclass
 from functools import reduce
 from typing import Any
 
-from pyspark_dstl.backend.spark import fencing
-from pyspark_dstl.backend.spark.codec import encode_user_key, encode_value
-from pyspark_dstl.backend.spark.compat_state import CompatHandle, SchemaBook, ttl_ms_of
-from pyspark_dstl.backend.spark.conf import QUERY_PREFIX, DstlConf
+from pyspark_dstl.backend.spark.api.declarations import declaring_handle
+from pyspark_dstl.backend.spark.api.grouping import KeyedBatch
+from pyspark_dstl.backend.spark.api.processor import StatefulProcessor, StatefulProcessorHandle
+from pyspark_dstl.backend.spark.codec.values import encode_user_key, encode_value
+from pyspark_dstl.backend.spark.compat.state import CompatHandle, SchemaBook, ttl_ms_of
+from pyspark_dstl.backend.spark.driver import lease as fencing
+from pyspark_dstl.backend.spark.driver.operator import (
+    Base,
+    OperatorSpec,
+    StageResult,
+    StatefulOperator,
+)
 from pyspark_dstl.backend.spark.dropin.spark_checkpoint import (
     BatchLogs,
     ImportStateError,
@@ -48,18 +56,11 @@ from pyspark_dstl.backend.spark.dropin.spark_checkpoint import (
     engine_is_empty,
     local_path,
 )
-from pyspark_dstl.backend.spark.grouping import KeyedBatch
-from pyspark_dstl.backend.spark.operator import (
-    Base,
-    OperatorSpec,
-    StageResult,
-    StatefulOperator,
-)
-from pyspark_dstl.backend.spark.processor import StatefulProcessor, StatefulProcessorHandle
-from pyspark_dstl.backend.spark.query import default_engine_checkpoint, to_url
-from pyspark_dstl.backend.spark.timers import MIN_EXPIRY_MS
-from pyspark_dstl.backend.spark.timing import TimeSpec
-from pyspark_dstl.backend.spark.validation import declaring_handle, time_mode_of
+from pyspark_dstl.backend.spark.locations import default_engine_checkpoint, to_url
+from pyspark_dstl.backend.spark.options import QUERY_PREFIX, DstlConf
+from pyspark_dstl.backend.spark.time.clock import TimeSpec
+from pyspark_dstl.backend.spark.time.modes import time_mode_of
+from pyspark_dstl.backend.spark.time.timers import MIN_EXPIRY_MS
 from pyspark_dstl.core.errors import ConfigError
 
 __all__ = [

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pyspark_dstl.backend.spark.errors import DropInUsageError
+from pyspark_dstl.backend.spark.session import is_connect
 
 Sink = Callable[[Any, int], None]
 FILE_FORMATS = frozenset({"parquet", "json", "csv", "orc", "text", "avro", "xml"})
@@ -26,10 +27,6 @@ FOREACH_BATCH = "foreachBatch"
 FOREACH = "foreach"
 CONNECT_WORKER_URL = "SPARK_CONNECT_LOCAL_URL"  # set by Spark in Connect's foreachBatch worker
 SPARK_FILE_SINK = "org.apache.spark.sql.execution.streaming.sinks.FileStreamSink"
-
-
-def is_connect(spark: Any) -> bool:
-    return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
 def console_sink(options: Mapping[str, str]) -> Sink:

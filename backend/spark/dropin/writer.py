@@ -12,9 +12,8 @@ import os
 import tempfile
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
-from pyspark_dstl.backend.spark.dropin.frame import StatefulDataFrame
 from pyspark_dstl.backend.spark.dropin.sinks import (
     CONSOLE,
     FILE_FORMATS,
@@ -27,10 +26,10 @@ from pyspark_dstl.backend.spark.dropin.sinks import (
     batch_writer_sink,
     console_sink,
     foreach_sink,
-    is_connect,
     table_sink,
 )
 from pyspark_dstl.backend.spark.errors import DropInUsageError
+from pyspark_dstl.backend.spark.session import is_connect
 
 TEMPORARY_CHECKPOINT_SINKS = frozenset({CONSOLE, MEMORY, FOREACH, FOREACH_BATCH, "noop"})
 OUTPUT_MODES = ("append", "update")
@@ -38,11 +37,32 @@ SESSION_CHECKPOINT = "spark.sql.streaming.checkpointLocation"
 HADOOP_S3_SCHEMES = ("s3a://", "s3n://")
 
 
+class StreamingResult(Protocol):
+    """What the writer needs of the stateful step's result (`frame.StatefulDataFrame`)."""
+
+    @property
+    def columns(self) -> list[str]: ...
+
+    @property
+    def schema(self) -> Any: ...
+
+    @property
+    def sparkSession(self) -> Any: ...
+
+    @property
+    def stateful_call(self) -> Any: ...
+
+    @property
+    def compat_plan(self) -> Any: ...
+
+    def apply_steps(self, output: Any) -> Any: ...
+
+
 class StatefulStreamWriter:
     """Records the writer's settings as PySpark's DataStreamWriter does; `start` or `toTable`
     builds the stateful query with the sink."""
 
-    def __init__(self, frame: StatefulDataFrame) -> None:
+    def __init__(self, frame: StreamingResult) -> None:
         self._frame = frame
         self._name: str | None = None
         self._mode = "append"
@@ -208,7 +228,7 @@ class StatefulStreamWriter:
         return batch_writer_sink(kind, path, self._partition_by, self._sink_options())
 
     def _start(self, kind: str, sink: Sink) -> Any:
-        from pyspark_dstl.backend.spark.query import GroupedStateful
+        from pyspark_dstl.backend.spark.driver.query import GroupedStateful
 
         checkpoint, engine = self._checkpoints(kind)
         call, plan, frame = self._frame.stateful_call, self._frame.compat_plan, self._frame

@@ -15,19 +15,19 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from pyspark_dstl.backend.spark.errors import StateVariableError, TimerError
-from pyspark_dstl.backend.spark.grouping import KeyedBatch, Keys
-from pyspark_dstl.backend.spark.state import (
+from pyspark_dstl.backend.spark.api.grouping import KeyedBatch, Keys
+from pyspark_dstl.backend.spark.api.state import (
     STATE_KINDS,
     KeyContext,
     ListState,
     MapState,
-    StoreAccess,
     ValueState,
     _StateVariable,
     purge_state,
 )
-from pyspark_dstl.backend.spark.timers import TimerIndex
+from pyspark_dstl.backend.spark.errors import StateVariableError, TimerError
+from pyspark_dstl.backend.spark.store_access import StoreAccess
+from pyspark_dstl.backend.spark.time.timers import TimerIndex
 from pyspark_dstl.core.units import parse_duration
 
 # What handle_input_rows / handle_batch may yield: a frame, Arrow data, or one row as a tuple

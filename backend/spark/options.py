@@ -13,7 +13,7 @@ from typing import Any
 
 from pyspark_dstl.backend.options import CONF_PREFIX, BackendOptions
 from pyspark_dstl.core.errors import ConfigError
-from pyspark_dstl.core.settings import (
+from pyspark_dstl.core.options import (
     BOOL,
     INT,
     SIZE,

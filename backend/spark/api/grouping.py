@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from pyspark_dstl.backend.spark.codec import encode_key
-from pyspark_dstl.backend.spark.key_columns import encode_key_columns
+from pyspark_dstl.backend.spark.codec.key_columns import encode_key_columns
+from pyspark_dstl.backend.spark.codec.values import encode_key
 
 # pandas' own row slicing behind .iloc[a:b] (pandas 2.x); a per-key frame is made for every key
 # of a batch, and the indexer's dispatch was a quarter of its cost

@@ -6,9 +6,10 @@ unless spark.dstl.query.logProgress is false.
 Spark's progress: the stateful stage runs inside foreachBatch, after Spark has already read
 the batch's input, and Spark takes a progress report's observed metrics from rows that flow
 through the streaming plan itself. So the query's plan gets one more branch: a static
-"dstl-progress" relation that yields the metrics of the newest committed batch, observed as
-`OBSERVATION`. It is read when a batch starts, so the observed metrics of batch N describe
-batch N-1 (their `batch_id` says which); docs/spark.md explains why no earlier point exists.
+"dstl-progress" relation (`sources/progress.py`) that yields the metrics of the newest
+committed batch, observed as `OBSERVATION`. It is read when a batch starts, so the observed
+metrics of batch N describe batch N-1 (their `batch_id` says which); docs/spark.md explains
+why no earlier point exists.
 """
 
 from __future__ import annotations
@@ -16,22 +17,19 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
-
-from pyspark_dstl.backend.lineage.commit_log import CommitLog
-from pyspark_dstl.backend.spark.executor import store_cache
+from pyspark_dstl.backend.spark.sources.progress import (
+    METRIC_COLUMNS,
+    SOURCE_NAME,
+    DstlProgressSource,
+)
 
 LOGGER_NAME = "pyspark_dstl.progress"
 OBSERVATION = "dstl_state"
-SOURCE_NAME = "dstl-progress"
-SCHEMA = "__dstl_batch LONG, __dstl_metric STRING, __dstl_value DOUBLE"
-METRIC_COLUMNS = ("__dstl_batch", "__dstl_metric", "__dstl_value")
 
 log = logging.getLogger(LOGGER_NAME)
-_warn = logging.getLogger(__name__)
 
 
 # --- the log line ---------------------------------------------------------------------------
@@ -61,54 +59,8 @@ def _ensure_visible() -> None:
         log.propagate = False
 
 
+
 # --- Spark's progress -----------------------------------------------------------------------
-
-class MetricsPartition(InputPartition):
-    def __init__(self) -> None:
-        super().__init__(0)
-
-
-class DstlProgressSource(DataSource):
-    """Options: path (the checkpoint), operatorName, settings (JSON of spark.dstl.* settings
-    for the storage). One row per metric of the newest committed batch."""
-
-    @classmethod
-    def name(cls) -> str:
-        return SOURCE_NAME
-
-    def schema(self) -> str:
-        return SCHEMA
-
-    def reader(self, schema: Any) -> DataSourceReader:
-        return MetricsReader(dict(self.options))
-
-
-class MetricsReader(DataSourceReader):
-    def __init__(self, options: Mapping[str, str]) -> None:
-        lowered = {str(k).lower(): str(v) for k, v in options.items()}
-        self.url = lowered["path"]
-        self.operator = lowered.get("operatorname") or "stateful"
-        self.settings = json.loads(lowered.get("settings") or "{}")
-
-    def partitions(self) -> list[InputPartition]:
-        return [MetricsPartition()]
-
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
-        """Read when the batch runs, not when it is planned (a static relation is planned once
-        per query). A storage failure costs this batch its observed metrics, never the batch."""
-        try:
-            storage = store_cache().backend(self.settings).context(self.url).storage
-            latest = CommitLog(storage).latest()
-        except Exception as exc:  # telemetry must not fail the query; say so in the log
-            _warn.warning("dstl-progress: cannot read the commit log under %r: %s", self.url,
-                          exc)
-            return
-        if latest is None:
-            return
-        batch_id, entry = latest
-        for name, value in sorted(dict(entry.extra.get("metrics") or {}).items()):
-            yield (batch_id, str(name), float(value))
-
 
 def with_state_progress(df: Any, checkpoint: str, operator: str,
                         settings: Mapping[str, str]) -> Any:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from pyspark_dstl.changelog.storage.options import ConnectionNeeds, StorageOptions
 from pyspark_dstl.core.errors import ConfigError
-from pyspark_dstl.core.settings import (
+from pyspark_dstl.core.options import (
     BOOL,
     DURATION,
     FLOAT,

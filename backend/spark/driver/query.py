@@ -6,24 +6,28 @@ mistake fails before the first batch, with the key or column named.
 
 from __future__ import annotations
 
-import logging
-import os
-import re
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
-from pyspark_dstl.backend.spark import fencing
-from pyspark_dstl.backend.spark.conf import QUERY_PREFIX, DstlConf
+from pyspark_dstl.backend.spark.api.declarations import check_declarations
+from pyspark_dstl.backend.spark.api.initial_state import InitialState
+from pyspark_dstl.backend.spark.api.processor import StatefulProcessor, VectorizedStatefulProcessor
+from pyspark_dstl.backend.spark.driver import lease as fencing
+from pyspark_dstl.backend.spark.driver.handle import StatefulQuery
+from pyspark_dstl.backend.spark.driver.operator import BatchProgress, OperatorSpec, StatefulOperator
+from pyspark_dstl.backend.spark.driver.progress import log_batch, with_state_progress
 from pyspark_dstl.backend.spark.errors import StateVariableError
-from pyspark_dstl.backend.spark.initial_state import InitialState
-from pyspark_dstl.backend.spark.operator import BatchProgress, OperatorSpec, StatefulOperator
-from pyspark_dstl.backend.spark.processor import StatefulProcessor, VectorizedStatefulProcessor
-from pyspark_dstl.backend.spark.progress import log_batch, with_state_progress
-from pyspark_dstl.backend.spark.task_errors import StatefulQuery
-from pyspark_dstl.backend.spark.ticks import default_demand_file, tick_stream
-from pyspark_dstl.backend.spark.timing import TimeSpec
-from pyspark_dstl.backend.spark.validation import check_declarations, time_spec
+from pyspark_dstl.backend.spark.locations import default_engine_checkpoint, to_url
+from pyspark_dstl.backend.spark.options import QUERY_PREFIX, DstlConf
+from pyspark_dstl.backend.spark.session import (
+    ARROW_RECORDS,
+    is_connect,
+    no_data_batches,
+    python_sources_allowed,
+)
+from pyspark_dstl.backend.spark.time.clock import TimeSpec
+from pyspark_dstl.backend.spark.time.query_time import time_spec
+from pyspark_dstl.backend.spark.time.ticks import default_demand_file, tick_stream
 from pyspark_dstl.core.errors import ConfigError
 
 Sink = Callable[[Any, int], None]
@@ -142,7 +146,7 @@ class GroupedStateful:
                    time_mode: str, initial_state: Any, event_time_column: str,
                    checkpoint: str | None, partitions: int | None, name: str | None,
                    conf: Mapping[str, Any] | None) -> StatefulStream:
-        from pyspark_dstl.backend.spark.compat import plan_transform
+        from pyspark_dstl.backend.spark.compat.transform import plan_transform
 
         plan = plan_transform(self._df, self._keys, processor, output_schema, output_mode,
                               time_mode, initial_state, event_time_column, rows_as)
@@ -186,7 +190,7 @@ class StatefulStream:
         {"availableNow": True} or {"processingTime": "5 seconds"}. The engine's own checkpoint
         (offsets, commits) goes to `engine_checkpoint`, by default <checkpoint>/engine for a
         local checkpoint."""
-        from pyspark_dstl.backend.spark.reader import register_state_reader
+        from pyspark_dstl.backend.spark.sources.state_reader import register_state_reader
 
         if trigger is not None and not isinstance(trigger, Mapping):
             raise ConfigError(f"trigger={trigger!r}: give DataStreamWriter.trigger's keywords as "
@@ -235,61 +239,6 @@ class StatefulStream:
             fencing.abandon_query(self.operator)
             raise
         return StatefulQuery(query)
-
-
-ARROW_RECORDS = "spark.sql.execution.arrow.maxRecordsPerBatch"
-
-
-def python_sources_allowed(spark: Any, what: str) -> bool:
-    """PySpark's Python data sources refuse a maxRecordsPerBatch of 0 or less (no limit);
-    without them, `what` is not available (a warning says so)."""
-    try:
-        value = int(str(spark.conf.get(ARROW_RECORDS)))
-    except (ValueError, Exception):  # an older Spark without the key: sources work
-        return True
-    if value > 0:
-        return True
-    logging.getLogger(__name__).warning(
-        "%s=%s: %s are off for this query (PySpark's Python data sources need a positive "
-        "value)", ARROW_RECORDS, value, what)
-    return False
-
-
-def no_data_batches(spark: Any) -> bool:
-    """Whether Spark runs batches without new data (spark.sql.streaming.noDataMicroBatches
-    .enabled): only then do timers that fall due start a batch; otherwise they fire with the
-    next batch that has data, as in Spark."""
-    value = spark.conf.get("spark.sql.streaming.noDataMicroBatches.enabled", "true")
-    return str(value).strip().lower() != "false"
-
-
-def is_connect(spark: Any) -> bool:
-    """Whether `spark` is a Spark Connect client session."""
-    return type(spark).__module__.startswith("pyspark.sql.connect")
-
-
-def to_url(location: str) -> str:
-    """A checkpoint URL: URLs stay as they are, local paths become file:// URLs. A URL with one
-    slash after its scheme (`s3:/bucket`) is refused: read as a local path it would create a
-    folder named `s3:` in the working directory."""
-    if re.match(r"^file:/(?!/)", location):  # Hadoop's spelling of a local path
-        location = "file://" + location[len("file:"):]
-    mistyped = re.match(r"^([A-Za-z][A-Za-z0-9+.-]+):/(?!/)", location)
-    if mistyped:
-        scheme = mistyped.group(1)
-        raise ConfigError(f"{QUERY_PREFIX}checkpointLocation: {location!r} has one slash after "
-                          f"'{scheme}:'; write {scheme}://{location[len(scheme) + 2:]}")
-    if "://" in location:
-        return location.rstrip("/")
-    return Path(os.path.abspath(os.path.expanduser(location))).as_uri()
-
-
-def default_engine_checkpoint(checkpoint_url: str) -> str:
-    if not checkpoint_url.startswith("file://"):
-        raise ConfigError(f"{QUERY_PREFIX}engineCheckpointLocation: the checkpoint "
-                          f"{checkpoint_url!r} is not local; give the engine's checkpoint "
-                          f"location (engine_checkpoint=... or this setting)")
-    return checkpoint_url + "/engine"
 
 
 def _struct(spark: Any, schema: Any) -> Any:

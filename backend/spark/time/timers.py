@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import NamedTuple
 
 from pyspark_dstl.backend.spark.errors import TimerError
-from pyspark_dstl.backend.spark.state import StoreAccess
+from pyspark_dstl.backend.spark.store_access import StoreAccess
 
 BY_EXPIRY_CF = "timers/by_expiry"
 BY_KEY_CF = "timers/by_key"

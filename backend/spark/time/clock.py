@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyspark_dstl.backend.lineage.commit_entry import CommitEntry
-from pyspark_dstl.backend.spark.event_time import next_watermark_ms
-from pyspark_dstl.backend.spark.state import NO_TIME, TIME_MODES
+from pyspark_dstl.backend.spark.time.modes import NO_TIME, TIME_MODES
+from pyspark_dstl.backend.spark.time.watermark import next_watermark_ms
 from pyspark_dstl.core.errors import ConfigError
 
 INITIAL_WATERMARK_MS = 0  # Spark's watermark before any event time was seen

@@ -14,19 +14,21 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from pyspark_dstl.backend.spark.codec import decode_key
-from pyspark_dstl.backend.spark.grouping import KeyedBatch, Keys
-from pyspark_dstl.backend.spark.output import OutputCollector
-from pyspark_dstl.backend.spark.processor import (
+from pyspark_dstl.backend.spark.api.grouping import KeyedBatch, Keys
+from pyspark_dstl.backend.spark.api.processor import (
     AnyProcessor,
     ExpiredTimers,
     StatefulProcessor,
     StatefulProcessorHandle,
     VectorizedStatefulProcessor,
 )
-from pyspark_dstl.backend.spark.state import NO_TIME, KeyContext, StoreAccess
-from pyspark_dstl.backend.spark.task_errors import note_key
-from pyspark_dstl.backend.spark.timers import DueTimer, TimerIndex
+from pyspark_dstl.backend.spark.api.state import KeyContext
+from pyspark_dstl.backend.spark.codec.values import decode_key
+from pyspark_dstl.backend.spark.store_access import StoreAccess
+from pyspark_dstl.backend.spark.task.failures import note_key
+from pyspark_dstl.backend.spark.task.output import OutputCollector
+from pyspark_dstl.backend.spark.time.modes import NO_TIME
+from pyspark_dstl.backend.spark.time.timers import DueTimer, TimerIndex
 
 
 @dataclass(frozen=True)

@@ -26,10 +26,11 @@ from pyspark.sql.streaming.stateful_processor import (
     ValueState as PySparkValueState,
 )
 
+from pyspark_dstl.backend.spark.api.processor import StatefulProcessorHandle
+from pyspark_dstl.backend.spark.api.state import ListState, MapState, ValueState
+from pyspark_dstl.backend.spark.codec.rows import RowCodec
 from pyspark_dstl.backend.spark.errors import StateVariableError, TimerError
-from pyspark_dstl.backend.spark.processor import StatefulProcessorHandle
-from pyspark_dstl.backend.spark.schema_codec import RowCodec
-from pyspark_dstl.backend.spark.state import ListState, MapState, ValueState
+from pyspark_dstl.backend.spark.time.modes import PYSPARK_WORDS
 
 
 class DeletedStateError(StateVariableError, PySparkRuntimeError):
@@ -56,10 +57,6 @@ class _Deletable:
             raise DeletedStateError(
                 f"Error {operation}: state variable {self._name!r} was deleted with "
                 f"handle.deleteIfExists; declare it again (handle.get...State) to use it")
-
-
-TIME_MODE_WORDS = {"none": "None", "processing_time": "ProcessingTime",
-                   "event_time": "EventTime"}  # PySpark's spelling of each mode
 
 
 class SchemaBook:
@@ -120,7 +117,7 @@ def ttl_ms_of(name: str, ttl: Any, time_mode: str) -> int | None:
     if time_mode != "processing_time":
         raise StateVariableError(f"state {name}: ttlDurationMs needs timeMode="
                                  f"\"ProcessingTime\" (as in PySpark); this query has timeMode="
-                                 f"\"{TIME_MODE_WORDS.get(time_mode, time_mode)}\"")
+                                 f"\"{PYSPARK_WORDS.get(time_mode, time_mode)}\"")
     return int(ttl)
 
 

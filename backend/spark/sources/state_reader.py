@@ -23,16 +23,16 @@ from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
 from pyspark_dstl.backend.lineage.naming import split_store_id
 from pyspark_dstl.backend.options import BackendOptions
-from pyspark_dstl.backend.spark.codec import (
+from pyspark_dstl.backend.spark.codec.values import (
     Expiring,
     decode_key,
     decode_value_with_expiry,
     iter_elements,
     split_map_key,
 )
-from pyspark_dstl.backend.spark.conf import QUERY_PREFIX, DstlConf
 from pyspark_dstl.backend.spark.errors import StateDecodingError
-from pyspark_dstl.backend.spark.timers import BY_EXPIRY_CF, BY_KEY_CF, EXPIRY_WIDTH, expiry_of
+from pyspark_dstl.backend.spark.options import QUERY_PREFIX, DstlConf
+from pyspark_dstl.backend.spark.time.timers import BY_EXPIRY_CF, BY_KEY_CF, EXPIRY_WIDTH, expiry_of
 from pyspark_dstl.backend.store.state_backend import StateBackend
 from pyspark_dstl.changelog.storage_service import ChangelogStorage
 from pyspark_dstl.core.errors import ConfigError
@@ -68,7 +68,7 @@ class DstlStateDataSource(DataSource):
 
 class StateReader(DataSourceReader):
     def __init__(self, options: Mapping[str, str]) -> None:
-        from pyspark_dstl.backend.spark.query import to_url
+        from pyspark_dstl.backend.spark.locations import to_url
 
         lowered = {str(k).lower(): v for k, v in options.items()}
         path = lowered.get("path")

@@ -9,18 +9,29 @@ another run took over stops with FencedError before it writes or deletes anythin
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pyspark_dstl.backend.lineage.fencing import HELD, CheckpointLease, acquire
-
-if TYPE_CHECKING:
-    from pyspark_dstl.backend.spark.operator import StatefulOperator
-
-_leases: weakref.WeakKeyDictionary[StatefulOperator, CheckpointLease] = (
-    weakref.WeakKeyDictionary())
+from pyspark_dstl.backend.options import BackendOptions
 
 
-def hold(operator: StatefulOperator) -> CheckpointLease:
+class _Conf(Protocol):
+    @property
+    def backend(self) -> BackendOptions: ...
+
+
+class LeaseHolder(Protocol):
+    """What a lease needs of its operator: the settings and the checkpoint's storage."""
+
+    @property
+    def conf(self) -> _Conf: ...
+
+    def _storage(self) -> Any: ...
+
+_leases: weakref.WeakKeyDictionary[LeaseHolder, CheckpointLease] = weakref.WeakKeyDictionary()
+
+
+def hold(operator: LeaseHolder) -> CheckpointLease:
     """The operator's lease, taken at its first use. One that was taken over or let go is
     returned as it is: its `check` raises FencedError, so a fenced run never writes again."""
     lease = _leases.get(operator)
@@ -29,7 +40,7 @@ def hold(operator: StatefulOperator) -> CheckpointLease:
     return lease
 
 
-def start_query(operator: StatefulOperator) -> CheckpointLease:
+def start_query(operator: LeaseHolder) -> CheckpointLease:
     """A query starts: take the root anew (CheckpointHeldError while another run holds it,
     including a query of this process that is still active)."""
     lease = _leases.get(operator)
@@ -38,21 +49,21 @@ def start_query(operator: StatefulOperator) -> CheckpointLease:
     return _take(operator)
 
 
-def attach_query(operator: StatefulOperator, query: Any) -> None:
+def attach_query(operator: LeaseHolder, query: Any) -> None:
     """The run lasts as long as the query: busy while active, let go once it ends."""
     lease = _leases.get(operator)
     if lease is not None:
         lease.busy_while(lambda: _active(query))
 
 
-def abandon_query(operator: StatefulOperator) -> None:
+def abandon_query(operator: LeaseHolder) -> None:
     """The query did not start: let go at once."""
     lease = _leases.get(operator)
     if lease is not None and lease.state == HELD:
         lease.release("its query failed to start")
 
 
-def _take(operator: StatefulOperator) -> CheckpointLease:
+def _take(operator: LeaseHolder) -> CheckpointLease:
     storage = operator._storage()
     lease = acquire(storage, operator.conf.backend.fencing)
     _leases[operator] = lease

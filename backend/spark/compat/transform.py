@@ -16,7 +16,15 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark_dstl.backend.spark.compat_rows import (
+from pyspark_dstl.backend.spark.api.declarations import declaring_handle
+from pyspark_dstl.backend.spark.api.grouping import KeyedBatch
+from pyspark_dstl.backend.spark.api.initial_state import InitialState
+from pyspark_dstl.backend.spark.api.processor import (
+    StatefulProcessor,
+    StatefulProcessorHandle,
+    VectorizedStatefulProcessor,
+)
+from pyspark_dstl.backend.spark.compat.rows import (
     PANDAS,
     ROWS,
     RowShape,
@@ -24,20 +32,9 @@ from pyspark_dstl.backend.spark.compat_rows import (
     output_timestamp_columns,
     tzinfo_of,
 )
-from pyspark_dstl.backend.spark.compat_state import CompatHandle, SchemaBook
-from pyspark_dstl.backend.spark.grouping import KeyedBatch
-from pyspark_dstl.backend.spark.initial_state import InitialState
-from pyspark_dstl.backend.spark.processor import (
-    StatefulProcessor,
-    StatefulProcessorHandle,
-    VectorizedStatefulProcessor,
-)
-from pyspark_dstl.backend.spark.validation import (
-    EVENT_TIME_TYPES,
-    WATERMARK_METADATA,
-    declaring_handle,
-    time_mode_of,
-)
+from pyspark_dstl.backend.spark.compat.state import CompatHandle, SchemaBook
+from pyspark_dstl.backend.spark.time.modes import time_mode_of
+from pyspark_dstl.backend.spark.time.query_time import EVENT_TIME_TYPES, WATERMARK_METADATA
 from pyspark_dstl.core.errors import ConfigError
 from pyspark_dstl.core.units import parse_size
 

@@ -26,23 +26,28 @@ from pyspark_dstl.backend.lineage.commit_entry import CommitEntry, OperatorCommi
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
 from pyspark_dstl.backend.ops.batch_metrics import UploadProgress, batch_metrics
 from pyspark_dstl.backend.ops.cleanup import cleanup_checkpoint
-from pyspark_dstl.backend.spark import fencing
-from pyspark_dstl.backend.spark.conf import DstlConf
+from pyspark_dstl.backend.spark.api.initial_state import InitialState
+from pyspark_dstl.backend.spark.api.processor import AnyProcessor
+from pyspark_dstl.backend.spark.driver import lease as fencing
 from pyspark_dstl.backend.spark.errors import CommitValidationError, PartitionCountError
-from pyspark_dstl.backend.spark.executor import store_cache
-from pyspark_dstl.backend.spark.initial_state import InitialState
-from pyspark_dstl.backend.spark.output_files import (
+from pyspark_dstl.backend.spark.options import DstlConf
+from pyspark_dstl.backend.spark.task.failures import stage_errors
+from pyspark_dstl.backend.spark.task.output_files import (
     OutputPart,
     StagedOutput,
     arrow_batches_limited,
     delete_batch,
     delete_before,
 )
-from pyspark_dstl.backend.spark.processor import AnyProcessor
-from pyspark_dstl.backend.spark.task import META_COLUMN, PARTITION_COLUMN, TaskPlan, stateful_task
-from pyspark_dstl.backend.spark.task_errors import stage_errors
-from pyspark_dstl.backend.spark.ticks import TickDemand, write_demand
-from pyspark_dstl.backend.spark.timing import BatchClock, TimeSpec
+from pyspark_dstl.backend.spark.task.partition import (
+    META_COLUMN,
+    PARTITION_COLUMN,
+    TaskPlan,
+    stateful_task,
+)
+from pyspark_dstl.backend.spark.task.store_cache import store_cache
+from pyspark_dstl.backend.spark.time.clock import BatchClock, TimeSpec
+from pyspark_dstl.backend.spark.time.ticks import TickDemand, write_demand
 
 ADAPTIVE_EXECUTION = "spark.sql.adaptive.enabled"
 

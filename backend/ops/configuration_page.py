@@ -1,7 +1,7 @@
 """docs/configuration.md, written from the option declarations so the page cannot drift.
 
-    python -m pyspark_dstl.backend.spark.config_doc            # rewrite docs/configuration.md
-    python -m pyspark_dstl.backend.spark.config_doc --check    # exit 1 when the page is stale
+    python -m pyspark_dstl.backend.ops.configuration_page            # rewrite docs/configuration.md
+    python -m pyspark_dstl.backend.ops.configuration_page --check    # exit 1 when the page is stale
 
 It lives in the backend because it is the one package that sees every options class.
 """
@@ -15,13 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pyspark_dstl.backend.options import BackendOptions, FencingOptions
-from pyspark_dstl.backend.spark.conf import QueryOptions
-from pyspark_dstl.changelog.config import ChangelogOptions
+from pyspark_dstl.backend.spark.options import QueryOptions
+from pyspark_dstl.changelog.options import ChangelogOptions
 from pyspark_dstl.changelog.storage.options import StorageOptions
-from pyspark_dstl.core.settings import Options, markdown_table
+from pyspark_dstl.core.options import Options, markdown_table
 from pyspark_dstl.materializer.options import MaterializerOptions
 
-COMMAND = "python -m pyspark_dstl.backend.spark.config_doc"
+COMMAND = "python -m pyspark_dstl.backend.ops.configuration_page"
 DEFAULT_PATH = "docs/configuration.md"
 
 INTRO = f"""\

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-from pyspark_dstl.backend.spark.codec import (
+from pyspark_dstl.backend.spark.api.grouping import Keys
+from pyspark_dstl.backend.spark.codec.values import (
     Expiring,
     decode_user_key,
     decode_value,
@@ -21,33 +22,12 @@ from pyspark_dstl.backend.spark.codec import (
     iter_elements,
 )
 from pyspark_dstl.backend.spark.errors import StateVariableError
-from pyspark_dstl.backend.spark.grouping import Keys
+from pyspark_dstl.backend.spark.store_access import StoreAccess
+from pyspark_dstl.backend.spark.time.modes import NO_TIME
 
 _MISSING = object()
 
 
-class StoreAccess(Protocol):
-    """The slice of backend.StateStore the state variables use (bytes in, bytes out)."""
-
-    def get(self, key: bytes, cf: str) -> bytes | None: ...
-
-    def put(self, key: bytes, value: bytes, cf: str) -> None: ...
-
-    def remove(self, key: bytes, cf: str) -> None: ...
-
-    def multi_get(self, keys: Sequence[bytes], cf: str) -> list[bytes | None]: ...
-
-    def put_many(self, items: Iterable[tuple[bytes, bytes]] = (), cf: str = ..., *,
-                 keys: Sequence[bytes] | None = None,
-                 values: Sequence[bytes] | None = None) -> None: ...
-
-    def remove_many(self, keys: Iterable[bytes], cf: str) -> None: ...
-
-    def prefix_scan(self, prefix: bytes, cf: str) -> Iterator[tuple[bytes, bytes]]: ...
-
-
-TIME_MODES = ("none", "processing_time", "event_time")
-NO_TIME = -1  # what a time of a mode that has no such time reads (as PySpark's TimerValues)
 
 
 @dataclass

@@ -19,21 +19,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
-from pyspark_dstl.backend.spark import initial_state
+from pyspark_dstl.backend.spark.api import initial_state
+from pyspark_dstl.backend.spark.api.processor import AnyProcessor
 from pyspark_dstl.backend.spark.errors import PartitioningError
-from pyspark_dstl.backend.spark.event_time import drop_late_rows, max_event_time_ms
-from pyspark_dstl.backend.spark.executor import store_cache
-from pyspark_dstl.backend.spark.output_files import (
+from pyspark_dstl.backend.spark.task.failures import task_failure
+from pyspark_dstl.backend.spark.task.output_files import (
     inline_part,
     output_storage,
     part_path,
     write_part,
 )
-from pyspark_dstl.backend.spark.processor import AnyProcessor
-from pyspark_dstl.backend.spark.runner import BatchTimes, run_processor
-from pyspark_dstl.backend.spark.state import NO_TIME
-from pyspark_dstl.backend.spark.task_errors import task_failure
-from pyspark_dstl.backend.spark.upload_stats import upload_delta
+from pyspark_dstl.backend.spark.task.runner import BatchTimes, run_processor
+from pyspark_dstl.backend.spark.task.store_cache import store_cache
+from pyspark_dstl.backend.spark.task.upload_stats import upload_delta
+from pyspark_dstl.backend.spark.time.modes import NO_TIME
+from pyspark_dstl.backend.spark.time.watermark import drop_late_rows, max_event_time_ms
 
 META_COLUMN = "__dstl_meta"
 PARTITION_COLUMN = "__dstl_partition"

@@ -5,7 +5,7 @@ In the task, a failure becomes a StatefulTaskError whose message starts with one
 the processor, the key being processed (when there is one), the batch and the state
 partition, and goes on with the original traceback. Spark carries that text to the driver
 inside a PythonException, which the driver (`stage_errors`) and the started query
-(`StatefulQuery`) turn back into the StatefulTaskError alone, so the long Py4J and
+(`driver/handle.py`) turn back into the StatefulTaskError alone, so the long Py4J and
 foreachBatch wrapping with its repeated copies of the cause is not what the user reads first.
 """
 
@@ -78,42 +78,3 @@ def stage_errors() -> Iterator[None]:
         if text is None:
             raise
         raise StatefulTaskError(text) from None
-
-
-class StatefulQuery:
-    """The started streaming query (Spark's StreamingQuery, every attribute passed through);
-    `awaitTermination` and `processAllAvailable` raise a stateful task's failure as the
-    StatefulTaskError, first line first, instead of Spark's StreamingQueryException."""
-
-    def __init__(self, query: Any) -> None:
-        self._query = query
-
-    @property
-    def query(self) -> Any:
-        """Spark's StreamingQuery itself."""
-        return self._query
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._query, name)
-
-    def awaitTermination(self, timeout: int | None = None) -> bool | None:
-        with _task_failures():
-            return self._query.awaitTermination(timeout)
-
-    def processAllAvailable(self) -> None:
-        with _task_failures():
-            self._query.processAllAvailable()
-
-
-@contextlib.contextmanager
-def _task_failures() -> Iterator[None]:
-    try:
-        yield
-    except Exception as exc:
-        text = task_error_text(str(exc))
-        if text is None:
-            raise
-        error = StatefulTaskError(text)
-        error.add_note(f"the streaming query stopped: {type(exc).__name__} "
-                       f"(StatefulQuery.query.exception() has Spark's full report)")
-        raise error from None
