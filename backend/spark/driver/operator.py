@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -33,7 +32,6 @@ from pyspark_dstl.backend.spark.errors import CommitValidationError, PartitionCo
 from pyspark_dstl.backend.spark.options import DstlConf
 from pyspark_dstl.backend.spark.task.failures import stage_errors
 from pyspark_dstl.backend.spark.task.output_files import (
-    OutputPart,
     StagedOutput,
     arrow_batches_limited,
     delete_batch,
@@ -45,6 +43,7 @@ from pyspark_dstl.backend.spark.task.partition import (
     TaskPlan,
     stateful_task,
 )
+from pyspark_dstl.backend.spark.task.report import TaskReport
 from pyspark_dstl.backend.spark.task.store_cache import store_cache
 from pyspark_dstl.backend.spark.time.clock import BatchClock, TimeSpec
 from pyspark_dstl.backend.spark.time.ticks import TickDemand, write_demand
@@ -103,14 +102,13 @@ class Base:
 
 @dataclass
 class StageResult:
-    """One run of the stateful stage: its output and one new checkpoint per partition."""
+    """One run of the stateful stage: its output and one task report per partition."""
 
     batch_id: int
     base: Base
     num_partitions: int
     output: pa.Table | None  # outputMode "collect": the output rows on the driver
-    infos: dict[int, CheckpointInfo]
-    stats: dict[int, dict[str, Any]]
+    reports: dict[int, TaskReport]
     seconds: float
     cached: Any = None  # outputMode "cache": the persisted stage result (with meta rows)
     clock: BatchClock | None = None
@@ -118,12 +116,18 @@ class StageResult:
     driver_bytes: int = 0  # Arrow bytes the stage's action brought to the driver
 
     @property
-    def output_file_bytes(self) -> int:
-        return sum(int(s.get("output_file_bytes", 0)) for s in self.stats.values())
+    def infos(self) -> dict[int, CheckpointInfo]:
+        """The new checkpoint of every partition."""
+        return {partition: report.info for partition, report in self.reports.items()}
+
+    @property
+    def stats(self) -> dict[int, dict[str, Any]]:
+        """Every report as the flat statistics the batch's metrics fold."""
+        return {partition: report.measures() for partition, report in self.reports.items()}
 
     @property
     def output_rows(self) -> int:
-        return sum(int(s["output_rows"]) for s in self.stats.values())
+        return sum(report.output_rows for report in self.reports.values())
 
     def release(self) -> None:
         """Drop the cached stage result (outputMode "cache"); a no-op otherwise."""
@@ -134,31 +138,75 @@ class StageResult:
 
 @dataclass
 class BatchProgress:
-    """What one batch did; `StatefulQuery.progress` keeps these, the examples print them."""
+    """What one batch did; `StatefulQuery.progress` keeps these, the examples print them.
+
+    The driver's own timings are fields; everything the tasks did is read from `metrics`, the
+    same numbers the commit entry records and Spark's progress shows (docs/spark.md)."""
 
     batch_id: int
     commit_path: str
-    input_rows: int
-    output_rows: int
-    keys: int
     stage_seconds: float
     sink_seconds: float
     commit_log_seconds: float
     total_seconds: float
-    max_task_commit_seconds: float
-    max_task_load_seconds: float
-    changelog_bytes: int
-    materialized_partitions: int
-    load_kinds: dict[str, int]
+    metrics: dict[str, float]
     cleanup_deleted_files: int = 0
-    late_rows: int = 0
-    timers_fired: int = 0
     watermark_ms: int = -1
     driver_bytes: int = 0  # Arrow bytes the stage's action brought to the driver
-    output_file_bytes: int = 0  # outputMode "files": bytes of the committed output files
-    extra: dict[str, Any] = field(default_factory=dict)
-    upload: UploadProgress = field(default_factory=UploadProgress)
-    metrics: dict[str, float] = field(default_factory=dict)  # every metric, docs/spark.md
+
+    def _count(self, name: str) -> int:
+        return int(self.metrics.get(name, 0))
+
+    @property
+    def input_rows(self) -> int:
+        return self._count("input_rows")
+
+    @property
+    def output_rows(self) -> int:
+        return self._count("output_rows")
+
+    @property
+    def keys(self) -> int:
+        return self._count("keys")
+
+    @property
+    def late_rows(self) -> int:
+        return self._count("late_rows")
+
+    @property
+    def timers_fired(self) -> int:
+        return self._count("timers_fired")
+
+    @property
+    def changelog_bytes(self) -> int:
+        return self._count("changelog_bytes")
+
+    @property
+    def output_file_bytes(self) -> int:
+        """outputMode "files": bytes of the committed output files."""
+        return self._count("output_file_bytes")
+
+    @property
+    def materialized_partitions(self) -> int:
+        return self._count("materialized_partitions")
+
+    @property
+    def max_task_commit_seconds(self) -> float:
+        return float(self.metrics.get("commit_seconds", 0.0))
+
+    @property
+    def max_task_load_seconds(self) -> float:
+        return float(self.metrics.get("load_seconds", 0.0))
+
+    @property
+    def load_kinds(self) -> dict[str, int]:
+        """How the partitions' stores were loaded (reused, restored, ...): count per kind."""
+        return {name[len("loads_"):]: int(value) for name, value in self.metrics.items()
+                if name.startswith("loads_")}
+
+    @property
+    def upload(self) -> UploadProgress:
+        return UploadProgress.from_metrics(self.metrics)
 
 
 class StatefulOperator:
@@ -271,27 +319,20 @@ class StatefulOperator:
             with stage_errors(), without_adaptive_execution(spark):
                 metas = [row[0] for row in output_df.where(F.col(META_COLUMN).isNotNull())
                          .select(META_COLUMN).collect()]
-        infos: dict[int, CheckpointInfo] = {}
-        stats: dict[int, dict[str, Any]] = {}
-        parts: dict[int, OutputPart] = {}
+        reports: dict[int, TaskReport] = {}
         for text in metas:
-            meta = json.loads(text)
-            partition = int(meta["stats"]["partition"])
-            if partition in infos:
+            report = TaskReport.from_json(text, batch_id)
+            if report.partition in reports:
                 raise CommitValidationError(f"batch {batch_id}: two results for state "
-                                            f"partition {partition}")
-            infos[partition] = CheckpointInfo.from_dict(meta["info"])
-            stats[partition] = meta["stats"]
-            if "output" in meta:
-                parts[partition] = OutputPart.from_dict(meta["output"])
-                stats[partition]["output_file_bytes"] = parts[partition].bytes
-                stats[partition]["output_write_seconds"] = parts[partition].write_seconds
+                                            f"partition {report.partition}")
+            reports[report.partition] = report
         staged = None
         if plan.output_files and output is not None:
-            staged = StagedOutput(self.checkpoint, plan.settings, plan.output_schema,
-                                  tuple(parts[p] for p in sorted(parts)), output)
+            parts = tuple(r.output for _, r in sorted(reports.items()) if r.output is not None)
+            staged = StagedOutput(self.checkpoint, plan.settings, plan.output_schema, parts,
+                                  output)
             output = None
-        result = StageResult(batch_id, base, n, output, infos, stats,
+        result = StageResult(batch_id, base, n, output, reports,
                              time.monotonic() - started, output_df, clock, staged, driver_bytes)
         try:
             self.validate(result)
@@ -436,11 +477,14 @@ class StatefulOperator:
         finally:
             self.release(result)
         deleted = self.maybe_cleanup(batch_id)
-        progress = _progress(result, path, commit_started - sink_started,
-                             committed - commit_started, time.monotonic() - started, deleted)
-        progress.metrics = self.metrics_of(result)
-        progress.upload = UploadProgress.from_metrics(progress.metrics)
-        return progress
+        return BatchProgress(
+            batch_id=result.batch_id, commit_path=path, stage_seconds=result.seconds,
+            sink_seconds=commit_started - sink_started,
+            commit_log_seconds=committed - commit_started,
+            total_seconds=time.monotonic() - started, metrics=self.metrics_of(result),
+            cleanup_deleted_files=deleted,
+            watermark_ms=result.clock.watermark_ms if result.clock is not None else -1,
+            driver_bytes=result.driver_bytes)
 
 
 def _result_struct(output_schema: Any) -> Any:
@@ -465,29 +509,3 @@ def _nullable_type(data_type: Any) -> Any:
         return MapType(_nullable_type(data_type.keyType), _nullable_type(data_type.valueType),
                        True)
     return data_type
-
-
-def _progress(result: StageResult, path: str, sink_seconds: float, commit_seconds: float,
-              total: float, deleted: int) -> BatchProgress:
-    stats = list(result.stats.values())
-    kinds: dict[str, int] = {}
-    for item in stats:
-        kind = str(item["store"].get("load_kind", "unknown"))
-        kinds[kind] = kinds.get(kind, 0) + 1
-    return BatchProgress(
-        batch_id=result.batch_id, commit_path=path,
-        input_rows=sum(int(s["input_rows"]) for s in stats),
-        output_rows=result.output_rows,
-        keys=sum(int(s["keys"]) for s in stats),
-        stage_seconds=result.seconds, sink_seconds=sink_seconds,
-        commit_log_seconds=commit_seconds, total_seconds=total,
-        max_task_commit_seconds=max((float(s["commit_seconds"]) for s in stats), default=0.0),
-        max_task_load_seconds=max((float(s["load_seconds"]) for s in stats), default=0.0),
-        changelog_bytes=sum(int(s["changelog_bytes"]) for s in stats),
-        materialized_partitions=sum(1 for s in stats if s["materialized_version"] is not None),
-        load_kinds=kinds, cleanup_deleted_files=deleted,
-        late_rows=sum(int(s.get("late_rows", 0)) for s in stats),
-        timers_fired=sum(int(s.get("timers_fired", 0)) for s in stats),
-        watermark_ms=result.clock.watermark_ms if result.clock is not None else -1,
-        driver_bytes=result.driver_bytes,
-        output_file_bytes=result.output_file_bytes)

@@ -455,8 +455,8 @@ class ImportOperator(StatefulOperator):
 
     def _time_extra(self, result: StageResult) -> dict[str, Any]:
         logs = self.logs
-        timers = [int(s["next_timer_ms"]) for s in result.stats.values()
-                  if s.get("next_timer_ms") is not None]
+        timers = [int(r.next_timer_ms) for r in result.reports.values()
+                  if r.next_timer_ms is not None]
         record: dict[str, Any] = {"mode": self.spark_time_mode, "now_ms": logs.timestamp_ms,
                                   "next_timer_ms": min(timers, default=None),
                                   "late_rows": 0, "timers_fired": 0}
@@ -563,5 +563,5 @@ def import_state(spark: Any, spark_checkpoint: str, checkpoint: str, processor: 
     return ImportReport(batch_id=logs.batch_id, partitions=partitions, key_columns=key_columns,
                         time_mode=operator.time_mode,
                         variables=tuple(v.name for v in operator.variables),
-                        records=sum(int(s["input_rows"]) for s in result.stats.values()),
+                        records=sum(r.input_rows for r in result.reports.values()),
                         engine_checkpoint=engine, commit_path=path)

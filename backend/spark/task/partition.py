@@ -2,14 +2,13 @@
 
 It loads the partition's store at the committed checkpoint shipped in the plan, runs the
 processor, commits, closes the processor, and returns its output rows followed by one row that
-carries the new CheckpointInfo and the task's statistics in the meta column. With outputMode
-"files" it writes output rows larger than `inline_bytes` to one file after the commit and
-returns the meta row alone, naming that file.
+carries its TaskReport (task/report.py: the new CheckpointInfo and what the task did) in the
+meta column. With outputMode "files" it writes output rows larger than `inline_bytes` to one
+file after the commit and returns the meta row alone, naming that file.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -24,11 +23,13 @@ from pyspark_dstl.backend.spark.api.processor import AnyProcessor
 from pyspark_dstl.backend.spark.errors import PartitioningError
 from pyspark_dstl.backend.spark.task.failures import task_failure
 from pyspark_dstl.backend.spark.task.output_files import (
+    OutputPart,
     inline_part,
     output_storage,
     part_path,
     write_part,
 )
+from pyspark_dstl.backend.spark.task.report import TaskReport
 from pyspark_dstl.backend.spark.task.runner import BatchTimes, run_processor
 from pyspark_dstl.backend.spark.task.store_cache import store_cache
 from pyspark_dstl.backend.spark.task.upload_stats import upload_delta
@@ -95,81 +96,135 @@ def _run_task(plan: TaskPlan, processor: AnyProcessor,
     if context is None:
         raise PartitioningError("the stateful task must run inside a Spark task")
     partition, attempt = context.partitionId(), context.attemptNumber()
-    started = time.monotonic()
-    table, initial = initial_state.split(_own_rows(plan, partition, batches), plan.key_columns)
-    newest_event_ms, late_rows = None, 0
-    if plan.event_time_column is not None:
-        newest_event_ms = max_event_time_ms(table, plan.event_time_column)
-        if plan.late_threshold_ms is not None:
-            table, late_rows = drop_late_rows(table, plan.event_time_column,
-                                              plan.late_threshold_ms)
+    clock = _Stopwatch()
+    rows = _TaskInput.read(plan, partition, batches)
+    run = _process_and_commit(plan, processor, partition, rows, clock)
+    written = _write_output(plan, processor, partition, run)
+    processor.close()  # after the commit: a failure here is a failure after committing
+    report = TaskReport(
+        partition=partition, attempt=attempt, info=run.info,
+        input_rows=rows.table.num_rows + rows.late_rows, late_rows=rows.late_rows,
+        initial_state_rows=0 if rows.initial is None else rows.initial.num_rows,
+        keys=run.keys, timers_fired=run.timers_fired, next_timer_ms=run.next_timer_ms,
+        max_event_time_ms=rows.newest_event_ms, output_rows=run.output.num_rows,
+        load_seconds=clock.between("started", "loaded"),
+        process_seconds=clock.between("loaded", "processed"),
+        commit_seconds=clock.between("processed", "committed"),
+        task_seconds=clock.since("started"), store=run.store_metrics, upload=run.uploads,
+        output=written)
+    yield from _result_batches(plan, run.output, written, report)
+
+
+class _Stopwatch:
+    """Named instants of one task, for the report's durations."""
+
+    def __init__(self) -> None:
+        self._marks = {"started": time.monotonic()}
+
+    def mark(self, name: str) -> None:
+        self._marks[name] = time.monotonic()
+
+    def between(self, first: str, second: str) -> float:
+        return self._marks[second] - self._marks[first]
+
+    def since(self, name: str) -> float:
+        return time.monotonic() - self._marks[name]
+
+
+@dataclass(frozen=True)
+class _TaskInput:
+    """The partition's rows after its ownership check, initial state split off and late rows
+    dropped."""
+
+    table: pa.Table
+    initial: pa.Table | None
+    newest_event_ms: int | None
+    late_rows: int
+
+    @classmethod
+    def read(cls, plan: TaskPlan, partition: int,
+             batches: Iterator[pa.RecordBatch]) -> _TaskInput:
+        table, initial = initial_state.split(_own_rows(plan, partition, batches),
+                                             plan.key_columns)
+        newest_event_ms, late_rows = None, 0
+        if plan.event_time_column is not None:
+            newest_event_ms = max_event_time_ms(table, plan.event_time_column)
+            if plan.late_threshold_ms is not None:
+                table, late_rows = drop_late_rows(table, plan.event_time_column,
+                                                  plan.late_threshold_ms)
+        return cls(table, initial, newest_event_ms, late_rows)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """The processor's run over the batch and the store's commit."""
+
+    info: CheckpointInfo
+    output: pa.Table
+    keys: int
+    timers_fired: int
+    next_timer_ms: int | None
+    store_metrics: dict[str, Any]
+    uploads: dict[str, Any]
+
+
+def _process_and_commit(plan: TaskPlan, processor: AnyProcessor, partition: int,
+                        rows: _TaskInput, clock: _Stopwatch) -> _Run:
+    """Load the store at the committed checkpoint, run the processor, commit the store."""
     base = plan.bases.get(partition)
     base_info = CheckpointInfo.from_dict(base) if base is not None else None
     with store_cache().provider(plan.settings, plan.checkpoint, plan.operator,
                                 partition) as provider:
         store = (provider.get_store(base_info.version, base_info) if base_info is not None
                  else provider.get_store(0))
-        loaded = time.monotonic()
+        clock.mark("loaded")
         try:
             result = run_processor(
-                processor, store, table, plan.key_columns, plan.output_schema,
+                processor, store, rows.table, plan.key_columns, plan.output_schema,
                 batch_id=plan.batch_id, partition_id=partition, times=plan.times,
-                initial_state=initial)
-            output = result.output
-            processed = time.monotonic()
+                initial_state=rows.initial)
+            clock.mark("processed")
             info = store.commit()
         except BaseException as exc:
             store.abort()
             _close_after_failure(processor, exc)
             raise
-        committed = time.monotonic()
+        clock.mark("committed")
         metrics = dict(store.metrics())
         uploads = upload_delta(store_cache().backend(plan.settings)
                                .context(plan.checkpoint).storage)
-    written = None
-    if plan.output_files and output.nbytes <= plan.inline_bytes:
-        written = inline_part(partition, output)
-    elif plan.output_files:  # after the commit, so output uploads never count as the state's
-        try:
-            written = write_part(output_storage(plan.checkpoint, plan.settings),
-                                 part_path(plan.operator, plan.batch_id, partition,
-                                           info.unique_id), partition, output)
-        except BaseException as exc:
-            _close_after_failure(processor, exc)
-            raise
-    processor.close()  # after the commit: a failure here is a failure after committing
-    stats = {
-        "partition": partition,
-        "attempt": attempt,
-        "input_rows": table.num_rows + late_rows,
-        "late_rows": late_rows,
-        "initial_state_rows": 0 if initial is None else initial.num_rows,
-        "keys": result.keys,
-        "timers_fired": result.timers_fired,
-        "next_timer_ms": result.next_timer_ms,
-        "max_event_time_ms": newest_event_ms,
-        "output_rows": output.num_rows,
-        "load_seconds": loaded - started,
-        "process_seconds": processed - loaded,
-        "commit_seconds": committed - processed,
-        "task_seconds": time.monotonic() - started,
-        "changelog_bytes": info.changelog.size,
-        "materialized_version": info.materialized.version if info.materialized else None,
-        "store": {k: v for k, v in metrics.items() if _is_plain(v)},
-        "upload": uploads,
-    }
+    return _Run(info, result.output, result.keys, result.timers_fired, result.next_timer_ms,
+                metrics, uploads)
+
+
+def _write_output(plan: TaskPlan, processor: AnyProcessor, partition: int,
+                  run: _Run) -> OutputPart | None:
+    """outputMode "files": the output as a file named after the commit, or inline when small
+    (after the commit, so output uploads never count as the state's)."""
+    if not plan.output_files:
+        return None
+    if run.output.nbytes <= plan.inline_bytes:
+        return inline_part(partition, run.output)
+    try:
+        return write_part(output_storage(plan.checkpoint, plan.settings),
+                          part_path(plan.operator, plan.batch_id, partition,
+                                    run.info.unique_id), partition, run.output)
+    except BaseException as exc:
+        _close_after_failure(processor, exc)
+        raise
+
+
+def _result_batches(plan: TaskPlan, output: pa.Table, written: OutputPart | None,
+                    report: TaskReport) -> Iterator[pa.RecordBatch]:
+    """The output rows (unless written to a file), then the meta row with the report."""
     schema = plan.result_schema
     if written is None or written.inline:
         for batch in output.to_batches():
             yield pa.RecordBatch.from_arrays(
                 [*batch.columns, pa.nulls(batch.num_rows, pa.string())], schema=schema)
-    record = {"info": info.to_dict(), "stats": stats}
-    if written is not None:
-        record["output"] = written.to_dict()
-    meta = json.dumps(record, sort_keys=True)
     yield pa.RecordBatch.from_arrays(
-        [pa.nulls(1, f.type) for f in plan.output_schema] + [pa.array([meta], pa.string())],
-        schema=schema)
+        [pa.nulls(1, f.type) for f in plan.output_schema]
+        + [pa.array([report.to_json()], pa.string())], schema=schema)
 
 
 def _own_rows(plan: TaskPlan, partition: int, batches: Iterator[pa.RecordBatch]) -> pa.Table:
@@ -192,7 +247,3 @@ def _close_after_failure(processor: AnyProcessor, error: BaseException) -> None:
         processor.close()
     except Exception as exc:
         error.add_note(f"{type(processor).__name__}.close() also failed: {exc!r}")
-
-
-def _is_plain(value: Any) -> bool:
-    return value is None or isinstance(value, bool | int | float | str)
