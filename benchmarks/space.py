@@ -38,8 +38,8 @@ from benchmarks.harness import (
 )
 from benchmarks.plots import line_plot
 from benchmarks.workload import OPERATOR, Workload, backend_options, file_url, load_store
+from pyspark_dstl.backend.fencing.lease import acquire
 from pyspark_dstl.backend.lineage.commit_log import CommitEntry, CommitLog, OperatorCommit
-from pyspark_dstl.backend.lineage.fencing import acquire
 from pyspark_dstl.backend.ops.cleanup import cleanup_checkpoint
 from pyspark_dstl.backend.options import CONF_KEYS, CONF_PREFIX, BackendOptions
 from pyspark_dstl.backend.store.state_backend import StateBackend

@@ -20,17 +20,17 @@ from typing import Any, TypeVar
 from pyspark_dstl.changelog.errors import ChangelogError, WriterClosedError
 from pyspark_dstl.changelog.format import ChangeSet
 from pyspark_dstl.changelog.handle import ChangelogHandle
-from pyspark_dstl.changelog.hedging import HedgeBudget, LatencyTracker
-from pyspark_dstl.changelog.limiter import InFlightLimiter
 from pyspark_dstl.changelog.metrics import ChangelogMetrics
 from pyspark_dstl.changelog.options import ChangelogOptions
 from pyspark_dstl.changelog.reader import ChangelogReader
 from pyspark_dstl.changelog.refcounts import FileRefCounts
-from pyspark_dstl.changelog.retry import RetryPolicy
-from pyspark_dstl.changelog.scheduler import BatchScheduler
 from pyspark_dstl.changelog.storage import open_storage
 from pyspark_dstl.changelog.storage.base import ObjectInfo, check_key
-from pyspark_dstl.changelog.uploader import Uploader
+from pyspark_dstl.changelog.upload.hedging import HedgeBudget, LatencyTracker
+from pyspark_dstl.changelog.upload.limiter import InFlightLimiter
+from pyspark_dstl.changelog.upload.retry import RetryPolicy
+from pyspark_dstl.changelog.upload.scheduler import BatchScheduler
+from pyspark_dstl.changelog.upload.uploader import Uploader
 from pyspark_dstl.changelog.writer import ChangelogWriter, WriterServices
 from pyspark_dstl.core.loop import EventLoopThread
 

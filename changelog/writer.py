@@ -21,13 +21,13 @@ import msgpack
 from pyspark_dstl.changelog.errors import ChangelogError, SqnError, WriterClosedError
 from pyspark_dstl.changelog.format import MAX_KEY_GROUP, ChangeSet, LogHeader
 from pyspark_dstl.changelog.handle import ChangelogHandle, Segment
-from pyspark_dstl.changelog.limiter import InFlightLimiter
 from pyspark_dstl.changelog.metrics import ChangelogMetrics
 from pyspark_dstl.changelog.options import ChangelogOptions
 from pyspark_dstl.changelog.refcounts import FileRefCounts
-from pyspark_dstl.changelog.scheduler import BatchScheduler
 from pyspark_dstl.changelog.storage.base import check_key
-from pyspark_dstl.changelog.tickets import TicketOwner, UploadTicket
+from pyspark_dstl.changelog.upload.limiter import InFlightLimiter
+from pyspark_dstl.changelog.upload.scheduler import BatchScheduler
+from pyspark_dstl.changelog.upload.tickets import TicketOwner, UploadTicket
 from pyspark_dstl.core.loop import EventLoopThread
 
 log = logging.getLogger(__name__)

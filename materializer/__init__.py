@@ -32,7 +32,7 @@ from pyspark_dstl.materializer.names import parse_manifest_name, parse_uploaded_
 from pyspark_dstl.materializer.options import MaterializerOptions
 from pyspark_dstl.materializer.remote import RemoteFiles
 from pyspark_dstl.materializer.restore import RestoredSnapshot
-from pyspark_dstl.materializer.schedule import Decision
+from pyspark_dstl.materializer.upload.schedule import Decision
 
 __all__ = [
     "Decision",

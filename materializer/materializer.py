@@ -14,7 +14,6 @@ from rocksdict import Rdict
 
 from pyspark_dstl.materializer.cache import FileCache
 from pyspark_dstl.materializer.checksum import ChecksumCache
-from pyspark_dstl.materializer.dedup import UploadedFiles
 from pyspark_dstl.materializer.errors import (
     ManifestError,
     MaterializerClosedError,
@@ -23,7 +22,6 @@ from pyspark_dstl.materializer.errors import (
     StoreNotRegisteredError,
 )
 from pyspark_dstl.materializer.handle import MaterializedHandle, SnapshotRequest
-from pyspark_dstl.materializer.job import SnapshotJob
 from pyspark_dstl.materializer.listing import amissing_files, aread_manifest
 from pyspark_dstl.materializer.local import LocalCheckpoint, owned_checkpoint_root, take_checkpoint
 from pyspark_dstl.materializer.manifest import SnapshotManifest
@@ -32,8 +30,10 @@ from pyspark_dstl.materializer.names import check_remote_dir, local_dir_name
 from pyspark_dstl.materializer.options import MaterializerOptions
 from pyspark_dstl.materializer.remote import RemoteFiles
 from pyspark_dstl.materializer.restore import RestoredSnapshot, SnapshotRestorer
-from pyspark_dstl.materializer.schedule import Decision, StoreSchedule
-from pyspark_dstl.materializer.uploader import SnapshotUploader
+from pyspark_dstl.materializer.upload.dedup import UploadedFiles
+from pyspark_dstl.materializer.upload.job import SnapshotJob
+from pyspark_dstl.materializer.upload.schedule import Decision, StoreSchedule
+from pyspark_dstl.materializer.upload.uploader import SnapshotUploader
 
 COUNTERS = (
     "snapshots_started", "snapshots_succeeded", "snapshots_failed", "checkpoint_seconds_total",

@@ -2,6 +2,6 @@
 
 import sys
 
-from pyspark_dstl.backend.ops.cli import main
+from pyspark_dstl.cli import main
 
 sys.exit(main())

@@ -13,7 +13,7 @@ import pytest
 
 from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
 from pyspark_dstl.backend.lineage.naming import store_dir
-from pyspark_dstl.backend.ops.cli import main
+from pyspark_dstl.cli import main
 from tests.support import S3Env
 from tests.support.backend import BackendEnv, entry_of, file_env, s3_env
 from tests.support.moto_server import ACCESS_KEY, REGION, SECRET_KEY

@@ -19,10 +19,10 @@ from pyspark_dstl.backend.errors import UncommittedAttemptError
 from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
 from pyspark_dstl.backend.lineage.naming import parse_checkpoint_name, store_dir
 from pyspark_dstl.backend.ops.cleanup import cleanup_checkpoint
-from pyspark_dstl.backend.ops.cli import main
 from pyspark_dstl.backend.store.api import StateStore
 from pyspark_dstl.changelog.format import LogHeader, encode_file, read_file
 from pyspark_dstl.changelog.options import ChangelogOptions
+from pyspark_dstl.cli import main
 from tests.support.backend import PROVIDER_IDS, PROVIDERS, BackendEnv, entry_of, file_env, state_of
 
 STORE = "agg/0"

@@ -20,13 +20,13 @@ from pyspark_dstl.backend.errors import (
     CorruptCheckpointError,
     FencedError,
 )
+from pyspark_dstl.backend.fencing.epochs import EpochTable
+from pyspark_dstl.backend.fencing.lease import CheckpointLease, acquire, holder_of
 from pyspark_dstl.backend.lineage.commit_entry import Fence, decode_record
 from pyspark_dstl.backend.lineage.commit_log import CommitEntry, CommitLog
-from pyspark_dstl.backend.lineage.epochs import EpochTable
-from pyspark_dstl.backend.lineage.fencing import CheckpointLease, acquire, holder_of
 from pyspark_dstl.backend.ops.cleanup import cleanup_checkpoint
-from pyspark_dstl.backend.ops.cli import main
 from pyspark_dstl.backend.options import FencingOptions
+from pyspark_dstl.cli import main
 from tests.support.backend import BackendEnv, apply, entry_of, env  # noqa: F401 - fixture
 
 LEASE = FencingOptions(lease_duration=1.0)

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from pyspark_dstl.backend.errors import FencedError
+from pyspark_dstl.backend.fencing.lease import CheckpointLease, acquire
 from pyspark_dstl.backend.lineage.commit_entry import CommitEntry, Fence, decode_record
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
-from pyspark_dstl.backend.lineage.fencing import CheckpointLease, acquire
 from pyspark_dstl.backend.ops.cleanup import cleanup_checkpoint
 from pyspark_dstl.backend.options import FencingOptions
 from tests.support import FaultRule, S3Env

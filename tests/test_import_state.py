@@ -27,7 +27,6 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
 
 from pyspark_dstl import import_state, read_state, stateful
-from pyspark_dstl.backend.ops.cli import main as cli_main
 from pyspark_dstl.backend.spark.dropin.import_state import (
     ImportStateError,
     IncompleteSparkCheckpointError,
@@ -36,6 +35,7 @@ from pyspark_dstl.backend.spark.dropin.import_state import (
     SparkCheckpointError,
     TargetNotEmptyError,
 )
+from pyspark_dstl.cli import main as cli_main
 from tests.support.tws_compare import (
     COMPARE_SETTINGS,
     PYSPARK_STATE_SETTINGS,

@@ -26,7 +26,7 @@ from pyspark_dstl.materializer import (
     SnapshotUploadError,
     StoreNotRegisteredError,
 )
-from pyspark_dstl.materializer.schedule import first_delay
+from pyspark_dstl.materializer.upload.schedule import first_delay
 from tests.support import FaultRule, S3Env
 
 STORE = "op1/part0"

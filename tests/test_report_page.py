@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
-from pyspark_dstl.backend.ops.cli import main
 from pyspark_dstl.backend.ops.report_page import PLOTS, batch_rows, render_report
 from pyspark_dstl.backend.spark import stateful
 from pyspark_dstl.changelog.storage_service import ChangelogStorage
+from pyspark_dstl.cli import main
 from tests.support.browser import chromium_path, visit
 from tests.support.spark import (
     COUNT_SCHEMA,

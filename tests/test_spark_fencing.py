@@ -11,7 +11,7 @@ import pytest
 
 from pyspark_dstl.backend.errors import CheckpointHeldError, FencedError
 from pyspark_dstl.backend.spark import stateful
-from pyspark_dstl.backend.spark.driver import lease as fencing
+from pyspark_dstl.backend.spark.driver import query_lease as fencing
 from tests.support.spark import (
     COUNT_SCHEMA,
     INPUT_SCHEMA,

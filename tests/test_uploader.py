@@ -15,7 +15,7 @@ from pyspark_dstl.changelog import (
     PermanentStorageError,
     UploadFailedError,
 )
-from pyspark_dstl.changelog.hedging import HedgeBudget, LatencyTracker
+from pyspark_dstl.changelog.upload.hedging import HedgeBudget, LatencyTracker
 from tests.support import FaultRule, S3Env
 
 # Request counts at the proxy are exact only without hedges; hedging has its own tests below.

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from concurrent.futures import Future, wait
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from pyspark_dstl.backend.engines.base import Engine
 from pyspark_dstl.backend.errors import BackendError
@@ -34,13 +34,19 @@ from pyspark_dstl.changelog.errors import ChangelogError, ObjectNotFoundError
 from pyspark_dstl.changelog.storage_service import ChangelogStorage
 from pyspark_dstl.materializer.errors import MaterializerError
 from pyspark_dstl.materializer.handle import MaterializedHandle, SnapshotRequest
-from pyspark_dstl.materializer.schedule import Decision
-
-if TYPE_CHECKING:  # the store room's; only its type is used here
-    from pyspark_dstl.backend.store.engine_writer import EngineCatchUp
+from pyspark_dstl.materializer.upload.schedule import Decision
 
 log = logging.getLogger(__name__)
 SnapshotId = tuple[int, str]
+
+
+class EngineCatchUp(Protocol):
+    """A commit's engine write that may still be running (the store room's EngineCatchUp)."""
+
+    @property
+    def pending(self) -> Future[None] | None: ...
+
+    def wait(self) -> None: ...
 
 
 class SnapshotTracker:

@@ -32,9 +32,9 @@ from typing import Protocol
 
 from pyspark_dstl.backend.errors import BackendError
 from pyspark_dstl.backend.faults import kill_point
+from pyspark_dstl.backend.fencing.lease import CheckpointLease, acquire, held_lease
 from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
 from pyspark_dstl.backend.lineage.commit_log import CommitEntry, CommitLog, WriteGuard
-from pyspark_dstl.backend.lineage.fencing import CheckpointLease, acquire, held_lease
 from pyspark_dstl.backend.lineage.listing import StoreDirListing, list_stores
 from pyspark_dstl.backend.lineage.naming import store_dir
 from pyspark_dstl.backend.ops.attempts import attempts_of, read_newest_header

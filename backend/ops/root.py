@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from pyspark_dstl.backend.errors import BackendError
+from pyspark_dstl.backend.fencing.epochs import EPOCHS_PREFIX
 from pyspark_dstl.backend.lineage.commit_log import COMMITS_PREFIX
-from pyspark_dstl.backend.lineage.epochs import EPOCHS_PREFIX
 from pyspark_dstl.backend.lineage.naming import STATE_PREFIX
 from pyspark_dstl.changelog.storage.local import LocalStore
 from pyspark_dstl.changelog.storage_service import ChangelogStorage

@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from pyspark_dstl.backend.errors import BackendError, CheckpointHeldError, FencedError
+from pyspark_dstl.backend.fencing.lease import acquire
 from pyspark_dstl.backend.lineage.commit_log import CommitEntry, CommitLog
-from pyspark_dstl.backend.lineage.fencing import acquire
 from pyspark_dstl.backend.ops.cleanup import cleanup_checkpoint
 from pyspark_dstl.backend.options import FencingOptions
 from pyspark_dstl.changelog.options import ChangelogOptions

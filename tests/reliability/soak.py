@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from pyspark_dstl.backend.ops.cli import main as backend_cli
+from pyspark_dstl.cli import main as backend_cli
 from tests.reliability.crash import CrashHarness
 from tests.support import FaultProxy, MotoServer, S3Env, make_s3_env
 

@@ -19,9 +19,9 @@ from pyspark_dstl.backend.errors import UncommittedAttemptError
 from pyspark_dstl.backend.faults import POINTS
 from pyspark_dstl.backend.lineage.naming import snapshot_path
 from pyspark_dstl.backend.ops.cleanup import cleanup_checkpoint, default_incomplete_grace
-from pyspark_dstl.backend.ops.cli import main as backend_cli
 from pyspark_dstl.backend.options import BackendOptions
 from pyspark_dstl.backend.store.state_backend import StateBackend
+from pyspark_dstl.cli import main as backend_cli
 from pyspark_dstl.materializer.options import MaterializerOptions
 from tests.reliability.child import ChildRun
 from tests.reliability.crash import WIRE_TARGETS, CrashHarness, workload_conf

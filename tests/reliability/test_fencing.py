@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 from pyspark_dstl.backend.errors import CheckpointHeldError
+from pyspark_dstl.backend.fencing.lease import acquire, holder_of
 from pyspark_dstl.backend.lineage.commit_log import CommitEntry, CommitLog
-from pyspark_dstl.backend.lineage.fencing import acquire, holder_of
-from pyspark_dstl.backend.ops.cli import main
 from pyspark_dstl.backend.options import FencingOptions
 from pyspark_dstl.changelog.options import ChangelogOptions
 from pyspark_dstl.changelog.storage_service import ChangelogStorage
+from pyspark_dstl.cli import main
 from tests.reliability.child import ChildRun, Event
 from tests.reliability.crash import CrashHarness
 from tests.reliability.soak import verify_root

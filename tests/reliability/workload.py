@@ -28,9 +28,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from pyspark_dstl.backend.errors import BackendError, CheckpointHeldError, FencedError
+from pyspark_dstl.backend.fencing.lease import CheckpointLease, acquire
 from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
 from pyspark_dstl.backend.lineage.commit_log import CommitEntry, OperatorCommit
-from pyspark_dstl.backend.lineage.fencing import CheckpointLease, acquire
 from pyspark_dstl.backend.ops.cleanup import cleanup_checkpoint
 from pyspark_dstl.backend.options import BackendOptions
 from pyspark_dstl.backend.store.api import StateStore

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from pyspark_dstl.backend.fencing.lease import CheckpointLease, acquire
 from pyspark_dstl.backend.lineage.commit_log import CommitEntry, CommitLog, OperatorCommit
-from pyspark_dstl.backend.lineage.fencing import CheckpointLease, acquire
 from pyspark_dstl.backend.options import BackendOptions, FencingOptions
 from pyspark_dstl.backend.store.api import StateStore, StateStoreProvider
 from pyspark_dstl.backend.store.state_backend import StateBackend

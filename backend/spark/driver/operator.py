@@ -27,7 +27,7 @@ from pyspark_dstl.backend.ops.batch_metrics import UploadProgress, batch_metrics
 from pyspark_dstl.backend.ops.cleanup import cleanup_checkpoint
 from pyspark_dstl.backend.spark.api.initial_state import InitialState
 from pyspark_dstl.backend.spark.api.processor import AnyProcessor
-from pyspark_dstl.backend.spark.driver import lease as fencing
+from pyspark_dstl.backend.spark.driver import query_lease as fencing
 from pyspark_dstl.backend.spark.errors import CommitValidationError, PartitionCountError
 from pyspark_dstl.backend.spark.options import DstlConf
 from pyspark_dstl.backend.spark.task.failures import stage_errors

@@ -12,7 +12,7 @@ from typing import Any
 from pyspark_dstl.backend.spark.api.declarations import check_declarations
 from pyspark_dstl.backend.spark.api.initial_state import InitialState
 from pyspark_dstl.backend.spark.api.processor import StatefulProcessor, VectorizedStatefulProcessor
-from pyspark_dstl.backend.spark.driver import lease as fencing
+from pyspark_dstl.backend.spark.driver import query_lease as fencing
 from pyspark_dstl.backend.spark.driver.handle import StatefulQuery
 from pyspark_dstl.backend.spark.driver.operator import BatchProgress, OperatorSpec, StatefulOperator
 from pyspark_dstl.backend.spark.driver.progress import log_batch, with_state_progress

@@ -36,7 +36,7 @@ from pyspark_dstl.backend.spark.api.grouping import KeyedBatch
 from pyspark_dstl.backend.spark.api.processor import StatefulProcessor, StatefulProcessorHandle
 from pyspark_dstl.backend.spark.codec.values import encode_user_key, encode_value
 from pyspark_dstl.backend.spark.compat.state import CompatHandle, SchemaBook, ttl_ms_of
-from pyspark_dstl.backend.spark.driver import lease as fencing
+from pyspark_dstl.backend.spark.driver import query_lease as fencing
 from pyspark_dstl.backend.spark.driver.operator import (
     Base,
     OperatorSpec,

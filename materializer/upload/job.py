@@ -14,8 +14,8 @@ from pyspark_dstl.materializer.errors import MaterializerError, SnapshotUploadEr
 from pyspark_dstl.materializer.handle import MaterializedHandle, SnapshotRequest
 from pyspark_dstl.materializer.local import LocalCheckpoint
 from pyspark_dstl.materializer.metrics import Metrics
-from pyspark_dstl.materializer.schedule import StoreSchedule
-from pyspark_dstl.materializer.uploader import SnapshotUploader
+from pyspark_dstl.materializer.upload.schedule import StoreSchedule
+from pyspark_dstl.materializer.upload.uploader import SnapshotUploader
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,11 @@ import logging
 import time
 
 from pyspark_dstl.changelog.errors import ObjectExistsError, UploadFailedError
-from pyspark_dstl.changelog.hedging import HedgeBudget, Hedger, LatencyTracker
 from pyspark_dstl.changelog.metrics import ChangelogMetrics
 from pyspark_dstl.changelog.options import ChangelogOptions
-from pyspark_dstl.changelog.retry import RetryPolicy
 from pyspark_dstl.changelog.storage.base import ObjectStore, check_key, md5_hex
+from pyspark_dstl.changelog.upload.hedging import HedgeBudget, Hedger, LatencyTracker
+from pyspark_dstl.changelog.upload.retry import RetryPolicy
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark_dstl.backend.errors import CorruptCheckpointError
-from pyspark_dstl.backend.lineage.process import ProcessIdentity
+from pyspark_dstl.backend.fencing.process import ProcessIdentity
 from pyspark_dstl.changelog.storage.base import ObjectInfo
 from pyspark_dstl.core.errors import excerpt
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import weakref
 from typing import Any, Protocol
 
-from pyspark_dstl.backend.lineage.fencing import HELD, CheckpointLease, acquire
+from pyspark_dstl.backend.fencing.lease import HELD, CheckpointLease, acquire
 from pyspark_dstl.backend.options import BackendOptions
 
 

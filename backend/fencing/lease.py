@@ -38,8 +38,7 @@ from pyspark_dstl.backend.errors import (
     CorruptCheckpointError,
     FencedError,
 )
-from pyspark_dstl.backend.lineage.commit_log import CommitLog
-from pyspark_dstl.backend.lineage.epochs import (
+from pyspark_dstl.backend.fencing.epochs import (
     END_MAGIC,
     EPOCH_MAGIC,
     EPOCHS_PREFIX,
@@ -53,7 +52,8 @@ from pyspark_dstl.backend.lineage.epochs import (
     epoch_path,
     renewal_path,
 )
-from pyspark_dstl.backend.lineage.process import ProcessIdentity, is_this_process, known_dead
+from pyspark_dstl.backend.fencing.process import ProcessIdentity, is_this_process, known_dead
+from pyspark_dstl.backend.lineage.commit_log import CommitLog
 from pyspark_dstl.backend.options import FencingOptions
 from pyspark_dstl.changelog.errors import ChangelogError, ObjectExistsError, UploadFailedError
 from pyspark_dstl.core.errors import LoopClosedError

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from pyspark_dstl.backend.errors import BackendError
-from pyspark_dstl.backend.lineage.fencing import take_over
+from pyspark_dstl.backend.fencing.lease import take_over
 from pyspark_dstl.backend.ops.cleanup import CleanupReport, cleanup_checkpoint
 from pyspark_dstl.backend.ops.inspection import format_inspection, inspect_checkpoint
 from pyspark_dstl.backend.ops.report_page import write_report

@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from pyspark_dstl.changelog.errors import UploadFailedError, WriterClosedError
 from pyspark_dstl.changelog.format import ChangeSet, LogHeader, encode_file
 from pyspark_dstl.changelog.handle import Segment
-from pyspark_dstl.changelog.limiter import InFlightLimiter
 from pyspark_dstl.changelog.metrics import ChangelogMetrics
 from pyspark_dstl.changelog.options import ChangelogOptions
 from pyspark_dstl.changelog.refcounts import FileRefCounts
 from pyspark_dstl.changelog.storage.base import join_key
-from pyspark_dstl.changelog.tickets import TicketOwner, UploadTicket
-from pyspark_dstl.changelog.uploader import Uploader
+from pyspark_dstl.changelog.upload.limiter import InFlightLimiter
+from pyspark_dstl.changelog.upload.tickets import TicketOwner, UploadTicket
+from pyspark_dstl.changelog.upload.uploader import Uploader
 from pyspark_dstl.core.loop import EventLoopThread
 
 log = logging.getLogger(__name__)

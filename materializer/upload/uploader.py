@@ -12,7 +12,6 @@ from typing import Any
 
 from pyspark_dstl.changelog.errors import ChangelogError, ObjectExistsError
 from pyspark_dstl.materializer.checksum import ChecksumCache, crc32_of
-from pyspark_dstl.materializer.dedup import UploadedFiles
 from pyspark_dstl.materializer.errors import (
     ManifestExistsError,
     MaterializerError,
@@ -25,6 +24,7 @@ from pyspark_dstl.materializer.manifest import SnapshotFile, SnapshotManifest, e
 from pyspark_dstl.materializer.metrics import Metrics
 from pyspark_dstl.materializer.names import manifest_path, remote_file_path
 from pyspark_dstl.materializer.remote import RemoteFiles
+from pyspark_dstl.materializer.upload.dedup import UploadedFiles
 
 ROCKSDICT_CONFIG = "rocksdict-config.json"
 
