@@ -20,9 +20,9 @@ from pyspark_dstl.core.options import (
     setting,
     subsection,
 )
+from pyspark_dstl.core.units import MIB
 from pyspark_dstl.materializer.options import MaterializerOptions
 
-MB = 1024 * 1024
 CONF_PREFIX = "spark.dstl."
 DEFAULT_PROVIDER = "pyspark_dstl.backend.store.rocksdb_provider.RocksDBChangelogProvider"
 CHANGELOG_SECTION = "changelog."
@@ -91,12 +91,12 @@ class BackendOptions(Options):
         "Writes buffered in memory per transaction before they are flushed to RocksDB and "
         "the changelog (read-your-writes holds either way).", above=0)
     tx_cache_max_bytes: int = setting(
-        "stateStore.txCache.maxSize", SIZE, 64 * MB, "The same bound in bytes.", above=0)
+        "stateStore.txCache.maxSize", SIZE, 64 * MIB, "The same bound in bytes.", above=0)
     write_buffer_size: int = setting(
-        "rocksdb.writeBufferSize", SIZE, 64 * MB, "RocksDB memtable size, per open store.",
+        "rocksdb.writeBufferSize", SIZE, 64 * MIB, "RocksDB memtable size, per open store.",
         above=0)
     block_cache_size: int = setting(
-        "rocksdb.blockCacheSize", SIZE, 128 * MB,
+        "rocksdb.blockCacheSize", SIZE, 128 * MIB,
         "RocksDB block cache, shared by every store of a process: one per state backend, "
         "i.e. per process and distinct set of `spark.dstl.*` settings, not per store.",
         above=0)
@@ -111,13 +111,13 @@ class BackendOptions(Options):
         "([operations.md](operations.md), \"Compaction and checkpoint storage\").",
         choices=COMPACTION_STYLES)
     max_bytes_for_level_base: int = setting(
-        "rocksdb.maxBytesForLevelBase", SIZE, 256 * MB,
+        "rocksdb.maxBytesForLevelBase", SIZE, 256 * MIB,
         "Leveled only: target size of the first level below L0. With RocksDB's default a "
         "state of a few hundred MB sits in one level that every L0 compaction rewrites "
         "whole; `16MB` (with the two below at `4MB` and `2`) rewrites a slice per "
         "compaction: lower peak, higher median checkpoint storage.", above=0)
     target_file_size_base: int = setting(
-        "rocksdb.targetFileSizeBase", SIZE, 64 * MB,
+        "rocksdb.targetFileSizeBase", SIZE, 64 * MIB,
         "Target SST file size; smaller files let a compaction rewrite (and a snapshot "
         "upload) less at once.", above=0)
     level0_compaction_trigger: int = setting(
@@ -135,6 +135,6 @@ class BackendOptions(Options):
     fencing: FencingOptions = subsection(FencingOptions, FENCING_SECTION)
 
 
-CONF_KEYS: dict[str, str] = conf_keys(BackendOptions)
+BACKEND_CONF_KEYS: dict[str, str] = conf_keys(BackendOptions)
 """Attribute path -> key below spark.dstl., nested sections included
 (e.g. "changelog.persist_delay": "changelog.persistDelay")."""

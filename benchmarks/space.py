@@ -41,7 +41,7 @@ from benchmarks.workload import OPERATOR, Workload, backend_options, file_url, l
 from pyspark_dstl.backend.fencing.lease import acquire
 from pyspark_dstl.backend.lineage.commit_log import CommitEntry, CommitLog, OperatorCommit
 from pyspark_dstl.backend.ops.cleanup import cleanup_checkpoint
-from pyspark_dstl.backend.options import CONF_KEYS, CONF_PREFIX, BackendOptions
+from pyspark_dstl.backend.options import BACKEND_CONF_KEYS, CONF_PREFIX, BackendOptions
 from pyspark_dstl.backend.store.state_backend import StateBackend
 from pyspark_dstl.changelog.options import ChangelogOptions
 from pyspark_dstl.materializer.options import MaterializerOptions
@@ -108,7 +108,7 @@ def rocksdb_changes(args: argparse.Namespace) -> dict[str, Any]:
     conf = {f"{CONF_PREFIX}rocksdb.{item.split('=', 1)[0].strip()}": item.split("=", 1)[1]
             for item in args.rocksdb.split(",") if item.strip()}
     parsed = BackendOptions.from_conf(conf)
-    return {name: getattr(parsed, name) for name, key in CONF_KEYS.items()
+    return {name: getattr(parsed, name) for name, key in BACKEND_CONF_KEYS.items()
             if f"{CONF_PREFIX}{key}" in conf}
 
 

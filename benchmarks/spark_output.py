@@ -38,6 +38,7 @@ import pyarrow.parquet as pq
 from benchmarks.harness import Report, chosen_modes, parse_args, plan_of, profiled, ratio, scratch
 from benchmarks.output_jobs import INPUT_SCHEMA, OUTPUT_SCHEMA, RunningCountPerRow
 from benchmarks.plots import bar_plot, line_plot
+from pyspark_dstl.core.units import MIB
 
 NAME = "spark_output"
 FULL: dict[str, Any] = {"files": 10, "rows_per_file": 1_000_000, "keys": 100_000,
@@ -48,7 +49,6 @@ QUICK: dict[str, Any] = {"files": 2, "rows_per_file": 2_000, "keys": 200, "parti
                          "rounds": 1}
 MODES = {"floor": "no-state floor", "files": "outputMode files", "collect": "outputMode collect"}
 SAMPLE_SECONDS = 0.25
-MB = 1024 * 1024
 
 
 def make_inputs(directory: Path, plan: dict[str, Any], seed: int) -> list[Path]:
@@ -109,8 +109,8 @@ class DriverMemory:
         return {"rss_start": rss[0], "rss_peak": max(rss), "rss_growth": max(rss) - rss[0],
                 "heap_start": heap[0], "heap_peak": max(heap),
                 "heap_growth": max(heap) - heap[0],
-                "rss_mb_series": [round(r / MB, 1) for r in rss],
-                "heap_mb_series": [round(h / MB, 1) for h in heap]}
+                "rss_mb_series": [round(r / MIB, 1) for r in rss],
+                "heap_mb_series": [round(h / MIB, 1) for h in heap]}
 
 
 def parquet_sink(out: Path, constant_count: bool) -> Any:
@@ -199,8 +199,8 @@ def run_size(spark: Any, args: argparse.Namespace, plan: dict[str, Any], modes: 
                   f"{plan['rows_per_file']:,} rows: "
                   f"{result['rows'] / result['wall_seconds']:,.0f} rows/s in "
                   f"{result['wall_seconds']:.1f} s; driver RSS "
-                  f"+{result['rss_growth'] / MB:.0f} MB, heap peak "
-                  f"{result['heap_peak'] / MB:.0f} MB", flush=True)
+                  f"+{result['rss_growth'] / MIB:.0f} MB, heap peak "
+                  f"{result['heap_peak'] / MIB:.0f} MB", flush=True)
             rounds[mode].append(result)
     return {mode: best_of(runs) for mode, runs in rounds.items()}
 
@@ -245,8 +245,8 @@ def tabulate(report: Report, results: dict[str, dict[str, Any]], plan: dict[str,
         rate = r["rows"] / r["wall_seconds"]
         rows.append([MODES[mode], r["rows"], r["wall_seconds"], rate, ratio(rate, floor_rate),
                      ratio(rate, collect_rate),
-                     max(r.get("driver_bytes", [0])) / MB, batch_output_bytes(r) / MB,
-                     r["rss_growth"] / MB, r["heap_start"] / MB, r["heap_peak"] / MB])
+                     max(r.get("driver_bytes", [0])) / MIB, batch_output_bytes(r) / MIB,
+                     r["rss_growth"] / MIB, r["heap_start"] / MIB, r["heap_peak"] / MIB])
     report.table(f"Output as large as the input in PySpark local[2]: {plan['files']} files x "
                  f"{plan['rows_per_file']:,} rows, {plan['keys']:,} keys, "
                  f"{plan['partitions']} state partitions, sink writes parquet",
@@ -266,7 +266,7 @@ def tabulate(report: Report, results: dict[str, dict[str, Any]], plan: dict[str,
         max(run.get("driver_bytes", [0])) <= bound
     report.goal(f"8. output as large as input (default outputMode {default})",
                 ">= 0.5x the no-state floor's rows/s, driver memory flat",
-                f"{value:.2f}x floor, driver RSS +{run['rss_growth'] / MB:.0f} MB "
+                f"{value:.2f}x floor, driver RSS +{run['rss_growth'] / MIB:.0f} MB "
                 f"({'flat' if flat else 'grows'})", value, value >= 0.5 and flat)
 
 

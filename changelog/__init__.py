@@ -16,7 +16,7 @@ from pyspark_dstl.changelog.errors import (
 from pyspark_dstl.changelog.files import LogInFile, read_file_header, read_file_log
 from pyspark_dstl.changelog.format import ChangeSet, LogHeader
 from pyspark_dstl.changelog.handle import ChangelogHandle, Segment
-from pyspark_dstl.changelog.options import CONF_KEYS, ChangelogOptions
+from pyspark_dstl.changelog.options import CHANGELOG_CONF_KEYS, ChangelogOptions
 from pyspark_dstl.changelog.reader import ChangelogReader
 from pyspark_dstl.changelog.storage import open_storage
 from pyspark_dstl.changelog.storage.base import ObjectInfo, ObjectStore
@@ -26,7 +26,7 @@ from pyspark_dstl.changelog.writer import ChangelogWriter
 from pyspark_dstl.core.errors import ConfigError
 
 __all__ = [
-    "CONF_KEYS",
+    "CHANGELOG_CONF_KEYS",
     "ChangeSet",
     "ChangelogError",
     "ChangelogHandle",

@@ -19,7 +19,7 @@ import time
 import uuid
 from collections import OrderedDict
 
-from pyspark_dstl.changelog.options import CONF_KEYS, ChangelogOptions
+from pyspark_dstl.changelog.options import CHANGELOG_CONF_KEYS, ChangelogOptions
 from pyspark_dstl.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ class SegmentCache:
 
     def __init__(self, directory: str, max_bytes: int) -> None:
         if max_bytes <= 0:
-            raise ConfigError(f"{CONF_KEYS['cache_max_bytes']}: must be positive, "
+            raise ConfigError(f"{CHANGELOG_CONF_KEYS['cache_max_bytes']}: must be positive, "
                               f"got {max_bytes}")
         self.directory = directory
         self.max_bytes = max_bytes
@@ -47,7 +47,7 @@ class SegmentCache:
         try:
             os.makedirs(directory, exist_ok=True)
         except OSError as exc:
-            raise ConfigError(f"{CONF_KEYS['cache_dir']}: cannot create segment cache "
+            raise ConfigError(f"{CHANGELOG_CONF_KEYS['cache_dir']}: cannot create segment cache "
                               f"directory {directory!r}: {exc}") from exc
         self._load()
 

@@ -20,8 +20,8 @@ from pyspark_dstl.core.options import (
     setting,
     subsection,
 )
+from pyspark_dstl.core.units import MIB
 
-MB = 1024 * 1024
 COMPRESSIONS = ("none", "zstd")
 
 
@@ -37,14 +37,14 @@ class ChangelogOptions(Options):
         "How long a persist waits for other writers of the process so their changes share "
         "one upload.", at_least=0)
     persist_size_threshold: int = setting(
-        "persistSizeThreshold", SIZE, 10 * MB,
+        "persistSizeThreshold", SIZE, 10 * MIB,
         "Queued bytes that start an upload at once, without waiting for the delay.", above=0)
     preemptive_persist_threshold: int = setting(
-        "preEmptivePersistThreshold", SIZE, 5 * MB,
+        "preEmptivePersistThreshold", SIZE, 5 * MIB,
         "A writer with more pending bytes uploads them before anybody asks, so a checkpoint "
         "has less to do.", above=0)
     max_in_flight_bytes: int = setting(
-        "maxInFlight", SIZE, 100 * MB,
+        "maxInFlight", SIZE, 100 * MIB,
         "Bytes queued or uploading at once; past it `append`/`persist` block (backpressure) "
         "and the time blocked is counted.", above=0)
     max_concurrent_uploads: int = setting(
@@ -103,7 +103,7 @@ class ChangelogOptions(Options):
         "Local cache of downloaded changelog ranges; files are immutable, so entries never "
         "go stale.", shown_default="unset (no cache)")
     cache_max_bytes: int = setting(
-        "read.cacheMaxSize", SIZE, 1024 * MB,
+        "read.cacheMaxSize", SIZE, 1024 * MIB,
         "Bound of that cache (LRU), per process.", above=0)
     # how to reach object storage (keys under spark.dstl.changelog.s3.)
     storage: StorageOptions = subsection(StorageOptions, "s3.")
@@ -127,5 +127,5 @@ class ChangelogOptions(Options):
         return self.storage.pool_connections(self.connection_needs.connections)
 
 
-CONF_KEYS: dict[str, str] = conf_keys(ChangelogOptions)
+CHANGELOG_CONF_KEYS: dict[str, str] = conf_keys(ChangelogOptions)
 """Attribute path -> key below spark.dstl.changelog., e.g. "storage.s3_region": "s3.region"."""

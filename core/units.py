@@ -6,6 +6,8 @@ import re
 
 from pyspark_dstl.core.errors import ConfigError
 
+MIB = 1024 * 1024  # bytes in a mebibyte; what a size setting's "MB" means, as in Spark
+
 _DURATION_UNITS = {
     "us": 1e-6,
     "ms": 1e-3,

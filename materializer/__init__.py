@@ -32,10 +32,9 @@ from pyspark_dstl.materializer.names import parse_manifest_name, parse_uploaded_
 from pyspark_dstl.materializer.options import MaterializerOptions
 from pyspark_dstl.materializer.remote import RemoteFiles
 from pyspark_dstl.materializer.restore import RestoredSnapshot
-from pyspark_dstl.materializer.upload.schedule import Decision
+from pyspark_dstl.materializer.upload.schedule import SnapshotDecision
 
 __all__ = [
-    "Decision",
     "HandleFormatError",
     "ManifestError",
     "ManifestExistsError",
@@ -48,6 +47,7 @@ __all__ = [
     "RemoteFiles",
     "RestoredSnapshot",
     "SnapshotCorruptError",
+    "SnapshotDecision",
     "SnapshotFile",
     "SnapshotManifest",
     "SnapshotNotFoundError",

@@ -32,7 +32,7 @@ from pyspark_dstl.materializer.remote import RemoteFiles
 from pyspark_dstl.materializer.restore import RestoredSnapshot, SnapshotRestorer
 from pyspark_dstl.materializer.upload.dedup import UploadedFiles
 from pyspark_dstl.materializer.upload.job import SnapshotJob
-from pyspark_dstl.materializer.upload.schedule import Decision, StoreSchedule
+from pyspark_dstl.materializer.upload.schedule import SnapshotDecision, StoreSchedule
 from pyspark_dstl.materializer.upload.uploader import SnapshotUploader
 
 COUNTERS = (
@@ -109,7 +109,7 @@ class Materializer:
 
     def should_snapshot(self, store_id: str, unmaterialized_bytes: int,
                         now: float | None = None, *,
-                        commits_since_snapshot: int | None = None) -> Decision:
+                        commits_since_snapshot: int | None = None) -> SnapshotDecision:
         """Call once per commit: counts the commit and decides.
 
         NO while a snapshot of the store is in flight, except BACKSTOP, which first waits for
@@ -122,8 +122,8 @@ class Materializer:
             schedule = self._schedule(store_id)
             schedule.check_failures()
             decision = schedule.decide(unmaterialized_bytes, now, commits_since_snapshot)
-            waiting = list(schedule.in_flight) if decision is Decision.BACKSTOP else []
-        if decision is not Decision.NO:
+            waiting = list(schedule.in_flight) if decision is SnapshotDecision.BACKSTOP else []
+        if decision is not SnapshotDecision.NO:
             self._metrics.add(f"decisions_{decision.value}")
         if waiting:
             started = time.monotonic()

@@ -15,9 +15,9 @@ from pyspark_dstl.core.options import (
     conf_keys,
     setting,
 )
+from pyspark_dstl.core.units import MIB
 
-MB = 1024 * 1024
-CONF_PREFIX = "spark.dstl.materialization."
+MATERIALIZATION_PREFIX = "spark.dstl.materialization."
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class MaterializerOptions(Options):
     `minDeltasForSnapshot` (10 commits).
     """
 
-    SECTION = Section(CONF_PREFIX, "materialization")
+    SECTION = Section(MATERIALIZATION_PREFIX, "materialization")
 
     interval: float | None = setting(
         "interval", OPTIONAL_DURATION, 600.0,
@@ -42,7 +42,7 @@ class MaterializerOptions(Options):
         "Failed snapshots in a row tolerated before the next commit fails with "
         "`MaterializationFailedError`.", at_least=0)
     backstop_bytes: int = setting(
-        "backstopSize", SIZE, 512 * MB,
+        "backstopSize", SIZE, 512 * MIB,
         "Changelog since the last snapshot above which a commit snapshots synchronously "
         "(bounds recovery time).", above=0)
     worker_threads: int = setting(
@@ -57,5 +57,5 @@ class MaterializerOptions(Options):
         shown_default="under `stateStore.localDir`")
 
 
-CONF_KEYS: dict[str, str] = conf_keys(MaterializerOptions)
+MATERIALIZER_CONF_KEYS: dict[str, str] = conf_keys(MaterializerOptions)
 """Field name -> key below spark.dstl.materialization."""

@@ -22,16 +22,15 @@ from pyspark_dstl.backend.ops.inspection import format_inspection, inspect_check
 from pyspark_dstl.backend.ops.report_page import write_report
 from pyspark_dstl.backend.ops.root import require_checkpoint
 from pyspark_dstl.backend.ops.verify import verify_report
-from pyspark_dstl.backend.options import FencingOptions
+from pyspark_dstl.backend.options import CONF_PREFIX, FencingOptions
 from pyspark_dstl.changelog.errors import ChangelogError
 from pyspark_dstl.changelog.options import ChangelogOptions
 from pyspark_dstl.changelog.storage_service import ChangelogStorage
 from pyspark_dstl.core.errors import ConfigError, DstlError
 from pyspark_dstl.materializer.errors import MaterializerError
 
-CONF_PREFIX = "spark.dstl."
-CHANGELOG_CONF_PREFIX = "spark.dstl.changelog."
-FENCING_CONF_PREFIX = "spark.dstl.fencing."
+CHANGELOG_CONF_PREFIX = ChangelogOptions.SECTION.prefix
+FENCING_CONF_PREFIX = FencingOptions.SECTION.prefix
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -10,7 +10,7 @@ import pytest
 
 from pyspark_dstl.changelog.options import ChangelogOptions
 from pyspark_dstl.changelog.storage import ObjectStore, open_storage
-from pyspark_dstl.changelog.storage.memory import MemoryStore
+from pyspark_dstl.changelog.storage.memory import MemoryObjectStore
 from pyspark_dstl.core.loop import EventLoopThread
 from tests.support import FaultProxy, MotoServer, S3Env, make_s3_env
 
@@ -59,7 +59,7 @@ def storage_url(request: pytest.FixtureRequest,
     if kind == "memory":
         name = f"t-{uuid.uuid4().hex}"
         yield f"memory://{name}", ChangelogOptions()
-        MemoryStore.drop(name)
+        MemoryObjectStore.drop(name)
     elif kind == "file":
         yield (tmp_path / "store").as_uri(), ChangelogOptions()
     else:

@@ -15,12 +15,12 @@ from rocksdict import Options, Rdict
 from pyspark_dstl.changelog.options import ChangelogOptions
 from pyspark_dstl.changelog.storage_service import ChangelogStorage
 from pyspark_dstl.materializer import (
-    Decision,
     MaterializationFailedError,
     Materializer,
     MaterializerClosedError,
     MaterializerOptions,
     RemoteFiles,
+    SnapshotDecision,
     SnapshotRequest,
     SnapshotRequestError,
     SnapshotUploadError,
@@ -80,17 +80,17 @@ def test_every_n_commits_triggers_a_periodic_snapshot(file_remote: ChangelogStor
                                                       make: Any) -> None:
     materializer = make(file_remote, interval=None, every_n_commits=3)
     assert [materializer.should_snapshot(STORE, 0) for _ in range(3)] == [
-        Decision.NO, Decision.NO, Decision.PERIODIC]
+        SnapshotDecision.NO, SnapshotDecision.NO, SnapshotDecision.PERIODIC]
 
 
 def test_commit_count_restarts_after_a_snapshot(file_remote: ChangelogStorage, make: Any,
                                                 db: Rdict) -> None:
     materializer = make(file_remote, interval=None, every_n_commits=2)
-    assert materializer.should_snapshot(STORE, 0) is Decision.NO
-    assert materializer.should_snapshot(STORE, 0) is Decision.PERIODIC
+    assert materializer.should_snapshot(STORE, 0) is SnapshotDecision.NO
+    assert materializer.should_snapshot(STORE, 0) is SnapshotDecision.PERIODIC
     materializer.snapshot(db, request(2)).result(timeout=30)
-    assert materializer.should_snapshot(STORE, 0) is Decision.NO
-    assert materializer.should_snapshot(STORE, 0) is Decision.PERIODIC
+    assert materializer.should_snapshot(STORE, 0) is SnapshotDecision.NO
+    assert materializer.should_snapshot(STORE, 0) is SnapshotDecision.PERIODIC
 
 
 def test_interval_triggers_once_it_is_due(file_remote: ChangelogStorage, make: Any,
@@ -98,18 +98,18 @@ def test_interval_triggers_once_it_is_due(file_remote: ChangelogStorage, make: A
     start = time.monotonic()
     materializer = make(file_remote, interval=30.0, every_n_commits=None)
     # the first due time lies within one interval of registration
-    assert materializer.should_snapshot(STORE, 0, now=start + 31) is Decision.PERIODIC
+    assert materializer.should_snapshot(STORE, 0, now=start + 31) is SnapshotDecision.PERIODIC
     materializer.snapshot(db, request(1)).result(timeout=30)
     after = time.monotonic()
-    assert materializer.should_snapshot(STORE, 0, now=after + 29) is Decision.NO
-    assert materializer.should_snapshot(STORE, 0, now=after + 31) is Decision.PERIODIC
+    assert materializer.should_snapshot(STORE, 0, now=after + 29) is SnapshotDecision.NO
+    assert materializer.should_snapshot(STORE, 0, now=after + 31) is SnapshotDecision.PERIODIC
 
 
 def test_small_interval_triggers_in_real_time(file_remote: ChangelogStorage, make: Any) -> None:
     # about time by nature: wait past a 50 ms interval (generously) on the real clock
     materializer = make(file_remote, interval=0.05, every_n_commits=None)
     time.sleep(0.2)
-    assert materializer.should_snapshot(STORE, 0) is Decision.PERIODIC
+    assert materializer.should_snapshot(STORE, 0) is SnapshotDecision.PERIODIC
 
 
 def test_first_interval_is_spread_by_store_id() -> None:
@@ -125,16 +125,16 @@ def test_no_second_snapshot_while_one_is_in_flight(s3: S3Env, s3_remote: Changel
     materializer = make(s3_remote, interval=None, every_n_commits=1)
     s3.proxy.add_rule(FaultRule("delay", method="PUT", path_contains=".snapshot", delay=1.0))
     future = materializer.snapshot(db, request(1))
-    assert materializer.should_snapshot(STORE, 0) is Decision.NO
+    assert materializer.should_snapshot(STORE, 0) is SnapshotDecision.NO
     future.result(timeout=30)
-    assert materializer.should_snapshot(STORE, 0) is Decision.PERIODIC
+    assert materializer.should_snapshot(STORE, 0) is SnapshotDecision.PERIODIC
 
 
 def test_backstop_when_unmaterialized_changelog_is_too_large(file_remote: ChangelogStorage,
                                                              make: Any) -> None:
     materializer = make(file_remote, interval=None, every_n_commits=None, backstop_bytes=1000)
-    assert materializer.should_snapshot(STORE, 999) is Decision.NO
-    assert materializer.should_snapshot(STORE, 1000) is Decision.BACKSTOP
+    assert materializer.should_snapshot(STORE, 999) is SnapshotDecision.NO
+    assert materializer.should_snapshot(STORE, 1000) is SnapshotDecision.BACKSTOP
     assert materializer.metrics_snapshot()["decisions_backstop"] == 1
 
 
@@ -143,7 +143,7 @@ def test_backstop_waits_for_the_snapshot_in_flight(s3: S3Env, s3_remote: Changel
     materializer = make(s3_remote, interval=None, every_n_commits=None, backstop_bytes=1000)
     s3.proxy.add_rule(FaultRule("delay", method="PUT", path_contains=".snapshot", delay=1.0))
     future = materializer.snapshot(db, request(1))
-    assert materializer.should_snapshot(STORE, 5000) is Decision.BACKSTOP
+    assert materializer.should_snapshot(STORE, 5000) is SnapshotDecision.BACKSTOP
     assert future.done() and future.exception() is None
 
 
@@ -182,7 +182,8 @@ def test_success_resets_the_failure_count(file_remote: ChangelogStorage, make: A
     shutil.rmtree(tmp_path / "remote" / "blocked")
     blocked_remote_dir(tmp_path)
     failing_snapshot(materializer, db, 3)
-    assert materializer.should_snapshot(STORE, 0) in (Decision.NO, Decision.PERIODIC)
+    assert materializer.should_snapshot(STORE, 0) in (SnapshotDecision.NO,
+                                                      SnapshotDecision.PERIODIC)
 
 
 def test_failed_snapshot_removes_its_checkpoint_directory(file_remote: ChangelogStorage, make: Any,
@@ -236,7 +237,8 @@ def test_commits_since_snapshot_from_the_owner_replaces_the_process_count(
         file_remote: ChangelogStorage, make: Any) -> None:
     materializer = make(file_remote, interval=None, every_n_commits=3)
     # a store that just moved here: this process saw no commit, the lineage holds three
-    assert materializer.should_snapshot(STORE, 0, commits_since_snapshot=3) is Decision.PERIODIC
+    decision = materializer.should_snapshot(STORE, 0, commits_since_snapshot=3)
+    assert decision is SnapshotDecision.PERIODIC
 
 
 def test_a_short_lineage_does_not_snapshot_however_often_this_process_commits(
@@ -244,4 +246,4 @@ def test_a_short_lineage_does_not_snapshot_however_often_this_process_commits(
     materializer = make(file_remote, interval=None, every_n_commits=3)
     decisions = [materializer.should_snapshot(STORE, 0, commits_since_snapshot=1)
                  for _ in range(5)]
-    assert decisions == [Decision.NO] * 5
+    assert decisions == [SnapshotDecision.NO] * 5

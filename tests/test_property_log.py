@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from pyspark_dstl.changelog import ChangelogHandle, ChangelogOptions, ChangelogStorage
-from pyspark_dstl.changelog.storage.memory import MemoryStore
+from pyspark_dstl.changelog.storage.memory import MemoryObjectStore
 
 WRITERS = 3
 OPTIONS = ChangelogOptions(persist_delay=0.001, preemptive_persist_threshold=24,
@@ -92,4 +92,4 @@ def test_every_handle_reads_back_exactly_its_range(ops: list[tuple[Any, ...]]) -
             event(f"pre-emptive persists: {metrics['preemptive_persists'] > 0}")
             event(f"blocked by the in-flight limit: {metrics['blocked_seconds'] > 0}")
     finally:
-        MemoryStore.drop(name)
+        MemoryObjectStore.drop(name)

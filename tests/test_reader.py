@@ -39,17 +39,17 @@ from pyspark_dstl.changelog.reader import (
     ChangelogReader,
 )
 from pyspark_dstl.changelog.storage import ObjectStore, open_storage
-from pyspark_dstl.changelog.storage.memory import MemoryStore
+from pyspark_dstl.changelog.storage.memory import MemoryObjectStore
 
 LOGS = ("op/0/a", "op/0/b", "op/0/c")
 SETS_PER_FILE = 3
 
 
 @pytest.fixture
-async def store() -> AsyncIterator[MemoryStore]:
+async def store() -> AsyncIterator[MemoryObjectStore]:
     name = f"reader-{uuid.uuid4().hex}"
-    yield MemoryStore(name)
-    MemoryStore.drop(name)
+    yield MemoryObjectStore(name)
+    MemoryObjectStore.drop(name)
 
 
 @pytest.fixture
@@ -64,7 +64,7 @@ async def any_store(storage_url: tuple[str, ChangelogOptions]) -> AsyncIterator[
 class CountingFetch:
     """Ranged reads through the real store, remembering each (path, start, end)."""
 
-    def __init__(self, store: MemoryStore) -> None:
+    def __init__(self, store: MemoryObjectStore) -> None:
         self.store = store
         self.calls: list[tuple[str, int, int]] = []
 
@@ -76,7 +76,7 @@ class CountingFetch:
 class ConcurrencyProbe(CountingFetch):
     """Holds each read until `parties` reads are in flight together; records the peak."""
 
-    def __init__(self, store: MemoryStore, parties: int) -> None:
+    def __init__(self, store: MemoryObjectStore, parties: int) -> None:
         super().__init__(store)
         self.barrier = asyncio.Barrier(parties)
         self.in_flight = 0
@@ -157,7 +157,7 @@ def options(**changes: object) -> ChangelogOptions:
 
 
 @pytest.mark.parametrize("compression", ["none", "zstd"])
-async def test_reader_returns_only_the_handles_log_in_sqn_order(store: MemoryStore,
+async def test_reader_returns_only_the_handles_log_in_sqn_order(store: MemoryObjectStore,
                                                                 compression: str) -> None:
     files = await write_files(store, count=4, compression=compression)
     result = await ChangelogReader(store, options()).aread(handle_of("op/0/b", files))
@@ -165,7 +165,7 @@ async def test_reader_returns_only_the_handles_log_in_sqn_order(store: MemorySto
     assert [cs.sqn for cs in result] == list(range(4 * SETS_PER_FILE))
 
 
-async def test_reader_returns_only_the_sqns_of_a_sliced_handle(store: MemoryStore) -> None:
+async def test_reader_returns_only_the_sqns_of_a_sliced_handle(store: MemoryObjectStore) -> None:
     files = await write_files(store, count=4)
     handle = handle_of("op/0/c", files).slice(2 * SETS_PER_FILE)
     result = await ChangelogReader(store, options()).aread(handle)
@@ -173,7 +173,7 @@ async def test_reader_returns_only_the_sqns_of_a_sliced_handle(store: MemoryStor
 
 
 async def test_reader_reads_each_file_once_from_its_start_to_the_segments_end(
-        store: MemoryStore) -> None:
+        store: MemoryObjectStore) -> None:
     files = await write_files(store, count=3)
     handle = handle_of("op/0/a", files)
     fetch = CountingFetch(store)
@@ -184,7 +184,7 @@ async def test_reader_reads_each_file_once_from_its_start_to_the_segments_end(
 
 
 async def test_reader_fetches_the_preamble_alone_for_a_segment_far_from_the_file_start(
-        store: MemoryStore) -> None:
+        store: MemoryObjectStore) -> None:
     encoded = await write_far_file(store, "far.changelog")
     segment = handle_of("far", {"far.changelog": encoded}).segments[0]
     fetch = CountingFetch(store)
@@ -198,7 +198,7 @@ async def test_reader_fetches_the_preamble_alone_for_a_segment_far_from_the_file
 
 
 async def test_reader_fetches_segments_in_parallel_up_to_read_parallelism(
-        store: MemoryStore) -> None:
+        store: MemoryObjectStore) -> None:
     files = await write_files(store, count=6)
     probe = ConcurrencyProbe(store, parties=3)
     reader = ChangelogReader(store, options(read_parallelism=3), fetch=probe)
@@ -208,14 +208,14 @@ async def test_reader_fetches_segments_in_parallel_up_to_read_parallelism(
     assert len(probe.calls) == 6
 
 
-async def test_reader_of_an_empty_handle_reads_nothing(store: MemoryStore) -> None:
+async def test_reader_of_an_empty_handle_reads_nothing(store: MemoryObjectStore) -> None:
     fetch = CountingFetch(store)
     reader = ChangelogReader(store, options(), fetch=fetch)
     assert await reader.aread(ChangelogHandle.empty("op/0/a", 5)) == []
     assert fetch.calls == []
 
 
-async def test_reader_decodes_a_large_change_set(store: MemoryStore) -> None:
+async def test_reader_decodes_a_large_change_set(store: MemoryObjectStore) -> None:
     payload = os.urandom(DECODE_IN_THREAD_BYTES + 1)
     change_sets = [ChangeSet("big", 0, ((1, payload),)), ChangeSet("big", 1, ((1, b"x"),))]
     encoded = encode_file("w", [(LogHeader("big", {}), change_sets)])
@@ -225,14 +225,14 @@ async def test_reader_decodes_a_large_change_set(store: MemoryStore) -> None:
     assert result == change_sets
 
 
-async def test_aiter_yields_what_aread_returns(store: MemoryStore) -> None:
+async def test_aiter_yields_what_aread_returns(store: MemoryObjectStore) -> None:
     files = await write_files(store, count=3)
     reader = ChangelogReader(store, options(read_parallelism=2))
     handle = handle_of("op/0/b", files)
     assert [cs async for cs in reader.aiter(handle)] == await reader.aread(handle)
 
 
-async def test_aiter_closed_early_cancels_reads_in_flight(store: MemoryStore) -> None:
+async def test_aiter_closed_early_cancels_reads_in_flight(store: MemoryObjectStore) -> None:
     files = await write_files(store, count=4)
     handle = handle_of("op/0/a", files)
     first_path = handle.segments[0].path
@@ -257,7 +257,7 @@ async def test_aiter_closed_early_cancels_reads_in_flight(store: MemoryStore) ->
 # --- checks ------------------------------------------------------------------------------------
 
 
-async def test_reader_rejects_a_segment_of_another_log(store: MemoryStore) -> None:
+async def test_reader_rejects_a_segment_of_another_log(store: MemoryObjectStore) -> None:
     files = await write_files(store, count=1)
     foreign = handle_of("op/0/b", files).segments[0]
     handle = ChangelogHandle.of("op/0/a", 0, SETS_PER_FILE, [foreign])
@@ -265,7 +265,7 @@ async def test_reader_rejects_a_segment_of_another_log(store: MemoryStore) -> No
         await ChangelogReader(store, options()).aread(handle)
 
 
-async def test_reader_rejects_a_segment_missing_an_sqn(store: MemoryStore) -> None:
+async def test_reader_rejects_a_segment_missing_an_sqn(store: MemoryObjectStore) -> None:
     files = await write_files(store, count=1)
     whole = handle_of("op/0/a", files).segments[0]
     last_frame = [f for f in files[whole.path].frames if f.log_id == "op/0/a"][-1]
@@ -276,7 +276,8 @@ async def test_reader_rejects_a_segment_missing_an_sqn(store: MemoryStore) -> No
             ChangelogHandle.of("op/0/a", 0, whole.to_sqn, [short]))
 
 
-async def test_reader_rejects_a_segment_with_other_sqns_than_claimed(store: MemoryStore) -> None:
+async def test_reader_rejects_a_segment_with_other_sqns_than_claimed(
+        store: MemoryObjectStore) -> None:
     files = await write_files(store, count=1)
     whole = handle_of("op/0/a", files).segments[0]
     shifted = Segment(whole.from_sqn + 1, whole.to_sqn + 1, whole.path, whole.offset,
@@ -287,7 +288,7 @@ async def test_reader_rejects_a_segment_with_other_sqns_than_claimed(store: Memo
             ChangelogHandle.of("op/0/a", 1, whole.to_sqn + 1, [shifted]))
 
 
-async def test_reader_reports_a_segment_past_the_end_of_the_file(store: MemoryStore) -> None:
+async def test_reader_reports_a_segment_past_the_end_of_the_file(store: MemoryObjectStore) -> None:
     files = await write_files(store, count=1)
     whole = handle_of("op/0/c", files).segments[0]
     size = len(files[whole.path].data)
@@ -297,7 +298,7 @@ async def test_reader_reports_a_segment_past_the_end_of_the_file(store: MemorySt
             ChangelogHandle.of("op/0/c", 0, whole.to_sqn, [beyond]))
 
 
-async def test_reader_detects_a_damaged_stored_file(store: MemoryStore) -> None:
+async def test_reader_detects_a_damaged_stored_file(store: MemoryObjectStore) -> None:
     change_sets = [ChangeSet("log", sqn, ((0, b"value-%d" % sqn),)) for sqn in range(3)]
     encoded = encode_file("w", [(LogHeader("log", {}), change_sets)])
     damaged = bytearray(encoded.data)
@@ -350,7 +351,7 @@ async def test_reader_rejects_a_bad_preamble_of_a_file_read_far_from_its_start(
 
 
 async def test_reader_checks_the_preamble_of_a_file_whose_segments_are_cached(
-        store: MemoryStore, tmp_path: Path) -> None:
+        store: MemoryObjectStore, tmp_path: Path) -> None:
     files = await write_one(store, "bad.changelog", magic=b"NOTDSTL!")
     handle = handle_of("log", files)
     cache = SegmentCache(str(tmp_path / "cache"), 1024 * 1024)
@@ -365,7 +366,7 @@ async def test_reader_checks_the_preamble_of_a_file_whose_segments_are_cached(
 
 
 async def test_reader_rejects_a_segment_that_starts_inside_the_file_header(
-        store: MemoryStore) -> None:
+        store: MemoryObjectStore) -> None:
     files = await write_one(store, "f.changelog")
     whole = handle_of("log", files).segments[0]
     early = Segment(whole.from_sqn, whole.to_sqn, whole.path, PREAMBLE_SIZE,
@@ -376,7 +377,7 @@ async def test_reader_rejects_a_segment_that_starts_inside_the_file_header(
             ChangelogHandle.of("log", 0, whole.to_sqn, [early]))
 
 
-async def test_reader_of_a_missing_file_raises_object_not_found(store: MemoryStore) -> None:
+async def test_reader_of_a_missing_file_raises_object_not_found(store: MemoryObjectStore) -> None:
     files = await write_files(store, count=1)
     handle = handle_of("op/0/a", files)
     await store.delete(handle.segments[0].path)
@@ -387,7 +388,7 @@ async def test_reader_of_a_missing_file_raises_object_not_found(store: MemorySto
 # --- cache -------------------------------------------------------------------------------------
 
 
-async def test_cache_serves_a_second_read_without_fetching(store: MemoryStore,
+async def test_cache_serves_a_second_read_without_fetching(store: MemoryObjectStore,
                                                            tmp_path: Path) -> None:
     files = await write_files(store, count=3)
     handle = handle_of("op/0/b", files)
@@ -401,7 +402,7 @@ async def test_cache_serves_a_second_read_without_fetching(store: MemoryStore,
     assert len(fetch.calls) == fetched
 
 
-async def test_cache_refetches_a_corrupted_entry(store: MemoryStore, tmp_path: Path) -> None:
+async def test_cache_refetches_a_corrupted_entry(store: MemoryObjectStore, tmp_path: Path) -> None:
     files = await write_files(store, count=2)
     handle = handle_of("op/0/a", files)
     cache_dir = tmp_path / "cache"
@@ -419,7 +420,7 @@ async def test_cache_refetches_a_corrupted_entry(store: MemoryStore, tmp_path: P
     assert len(fetch.calls) == len(handle.segments) + 1
 
 
-async def test_cache_refetches_a_corrupted_preamble_entry(store: MemoryStore,
+async def test_cache_refetches_a_corrupted_preamble_entry(store: MemoryObjectStore,
                                                          tmp_path: Path) -> None:
     files = await write_files(store, count=2)
     handle = handle_of("op/0/a", files)
@@ -436,7 +437,7 @@ async def test_cache_refetches_a_corrupted_preamble_entry(store: MemoryStore,
     assert fetch.calls[-1][1:] == (0, PREAMBLE_SIZE)
 
 
-async def test_reader_uses_the_cache_the_options_name(store: MemoryStore,
+async def test_reader_uses_the_cache_the_options_name(store: MemoryObjectStore,
                                                       tmp_path: Path) -> None:
     files = await write_files(store, count=2)
     handle = handle_of("op/0/c", files)
@@ -449,7 +450,7 @@ async def test_reader_uses_the_cache_the_options_name(store: MemoryStore,
 
 async def test_cache_keeps_stores_with_the_same_paths_apart(tmp_path: Path) -> None:
     names = [f"reader-{uuid.uuid4().hex}" for _ in range(2)]
-    stores = [MemoryStore(name) for name in names]
+    stores = [MemoryObjectStore(name) for name in names]
     cache = SegmentCache(str(tmp_path / "cache"), 1024 * 1024)
     try:
         results = []
@@ -462,7 +463,7 @@ async def test_cache_keeps_stores_with_the_same_paths_apart(tmp_path: Path) -> N
         assert results[0][0] != results[1][0]
     finally:
         for name in names:
-            MemoryStore.drop(name)
+            MemoryObjectStore.drop(name)
 
 
 def test_cache_evicts_the_least_recently_used_entry(tmp_path: Path) -> None:

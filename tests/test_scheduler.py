@@ -11,7 +11,7 @@ import pytest
 
 from pyspark_dstl.changelog import ChangelogOptions, ChangelogStorage
 from pyspark_dstl.changelog.format import read_file
-from pyspark_dstl.changelog.storage.memory import MemoryStore
+from pyspark_dstl.changelog.storage.memory import MemoryObjectStore
 from tests.support import FaultRule, S3Env
 
 KB = 1024
@@ -21,7 +21,7 @@ KB = 1024
 def memory_url() -> Iterator[str]:
     name = f"sched-{uuid.uuid4().hex}"
     yield f"memory://{name}"
-    MemoryStore.drop(name)
+    MemoryObjectStore.drop(name)
 
 
 def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:

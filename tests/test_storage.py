@@ -22,12 +22,12 @@ from pyspark_dstl.changelog.errors import (
 )
 from pyspark_dstl.changelog.options import ChangelogOptions
 from pyspark_dstl.changelog.storage import (
-    FsspecStore,
-    LocalStore,
-    MemoryStore,
+    FsspecObjectStore,
+    LocalObjectStore,
+    MemoryObjectStore,
     ObjectInfo,
     ObjectStore,
-    S3Store,
+    S3ObjectStore,
     md5_hex,
     open_storage,
 )
@@ -194,27 +194,27 @@ def test_file_url_and_plain_paths_open_a_local_store(tmp_path: Path,
     by_path = open_storage(str(tmp_path), options)
     by_relative = open_storage(".", options)
     for store in (by_url, by_path, by_relative):
-        assert isinstance(store, LocalStore)
+        assert isinstance(store, LocalObjectStore)
         assert store.root_url == tmp_path.as_uri()
 
 
 def test_memory_url_opens_a_memory_store_without_trailing_slash() -> None:
     store = open_storage("memory://shared-name/", ChangelogOptions())
-    assert isinstance(store, MemoryStore)
+    assert isinstance(store, MemoryObjectStore)
     assert store.root_url == "memory://shared-name"
 
 
 @pytest.mark.parametrize("url", ["s3://bucket/some/prefix/", "s3a://bucket/some/prefix"])
 def test_s3_urls_open_an_s3_store_with_a_normalised_root(url: str) -> None:
     store = open_storage(url, ChangelogOptions())
-    assert isinstance(store, S3Store)
+    assert isinstance(store, S3ObjectStore)
     assert (store.bucket, store.prefix) == ("bucket", "some/prefix")
     assert store.root_url == "s3://bucket/some/prefix"
 
 
 def test_other_fsspec_protocols_open_an_fsspec_store(tmp_path: Path) -> None:
     store = open_storage(f"local://{tmp_path}/", ChangelogOptions())
-    assert isinstance(store, FsspecStore)
+    assert isinstance(store, FsspecObjectStore)
     assert store.root_url == f"local://{tmp_path}"
 
 
@@ -243,7 +243,7 @@ async def test_local_listing_follows_a_symlinked_folder_like_reads_do(tmp_path: 
     (elsewhere / "1_a.changelog").write_bytes(DATA)
     (tmp_path / "root" / "state" / "op").mkdir(parents=True)
     (tmp_path / "root" / "state" / "op" / "0").symlink_to(elsewhere)
-    store = LocalStore(tmp_path / "root")
+    store = LocalObjectStore(tmp_path / "root")
     assert await store.get("state/op/0/1_a.changelog") == DATA
     assert [info.path for info in await store.list("state/")] == ["state/op/0/1_a.changelog"]
     await store.delete("state/op/0/1_a.changelog")
@@ -256,7 +256,7 @@ async def test_a_folder_reached_twice_through_links_is_refused_by_listing(
     (tmp_path / "root" / "a" / "f").write_bytes(DATA)
     (tmp_path / "root" / "a" / "loop").symlink_to(tmp_path / "root" / "a")
     with pytest.raises(PermanentStorageError, match="reached again through a symbolic link"):
-        await LocalStore(tmp_path / "root").list("")
+        await LocalObjectStore(tmp_path / "root").list("")
 
 
 def test_file_url_naming_another_host_is_refused() -> None:
@@ -273,21 +273,21 @@ async def test_two_opens_of_one_memory_name_share_objects() -> None:
         await open_storage(f"memory://{name}", ChangelogOptions()).put_if_absent("k", b"v")
         assert await open_storage(f"memory://{name}", ChangelogOptions()).get("k") == b"v"
     finally:
-        MemoryStore.drop(name)
+        MemoryObjectStore.drop(name)
 
 
 async def test_dropping_a_memory_name_forgets_its_objects() -> None:
     name = f"t-{uuid.uuid4().hex}"
-    await MemoryStore(name).put_if_absent("k", b"v")
-    MemoryStore.drop(name)
-    assert not await MemoryStore(name).exists("k")
+    await MemoryObjectStore(name).put_if_absent("k", b"v")
+    MemoryObjectStore.drop(name)
+    assert not await MemoryObjectStore(name).exists("k")
 
 
 # --- local --------------------------------------------------------------------------------------
 
 
 def test_local_create_only_is_atomic_under_eight_racing_threads(tmp_path: Path) -> None:
-    store = LocalStore(tmp_path)
+    store = LocalObjectStore(tmp_path)
     contents = [bytes([i]) * (256 * 1024 + i) for i in range(8)]
     barrier = threading.Barrier(len(contents))
     outcomes: list[str | None] = [None] * len(contents)
@@ -313,7 +313,7 @@ def test_local_create_only_is_atomic_under_eight_racing_threads(tmp_path: Path) 
 
 
 async def test_local_list_skips_temp_files(tmp_path: Path) -> None:
-    store = LocalStore(tmp_path)
+    store = LocalObjectStore(tmp_path)
     await store.put_if_absent("d/real", b"x")
     (tmp_path / "d" / ".tmp-leftover").write_bytes(b"partial")
     assert [info.path for info in await store.list()] == ["d/real"]
@@ -331,7 +331,7 @@ def leave_temp_file(directory: Path, name: str, age: float) -> Path:
 
 async def test_local_removes_temp_files_older_than_the_grace_under_the_prefix(
         tmp_path: Path) -> None:
-    store = LocalStore(tmp_path)
+    store = LocalObjectStore(tmp_path)
     await store.put_if_absent("state/0/real", b"x")
     old = leave_temp_file(tmp_path / "state" / "0", ".tmp-old", age=600)
     young = leave_temp_file(tmp_path / "state" / "0", ".tmp-young", age=10)
@@ -343,7 +343,7 @@ async def test_local_removes_temp_files_older_than_the_grace_under_the_prefix(
 
 
 async def test_local_dry_run_reports_old_temp_files_and_keeps_them(tmp_path: Path) -> None:
-    store = LocalStore(tmp_path)
+    store = LocalObjectStore(tmp_path)
     old = leave_temp_file(tmp_path / "d", ".tmp-old", age=600)
     assert [i.path for i in await store.remove_incomplete_uploads("", 300, dry_run=True)] == [
         "d/.tmp-old"]
@@ -352,11 +352,11 @@ async def test_local_dry_run_reports_old_temp_files_and_keeps_them(tmp_path: Pat
 
 async def test_local_temp_files_removal_under_a_missing_directory_finds_nothing(
         tmp_path: Path) -> None:
-    assert await LocalStore(tmp_path).remove_incomplete_uploads("no/such/dir/", 0) == []
+    assert await LocalObjectStore(tmp_path).remove_incomplete_uploads("no/such/dir/", 0) == []
 
 
 async def test_local_create_under_a_file_is_a_permanent_error(tmp_path: Path) -> None:
-    store = LocalStore(tmp_path)
+    store = LocalObjectStore(tmp_path)
     await store.put_if_absent("a", b"file")
     with pytest.raises(PermanentStorageError, match="parent"):
         await store.put_if_absent("a/b", b"x")
@@ -366,20 +366,20 @@ async def test_local_create_under_a_file_is_a_permanent_error(tmp_path: Path) ->
 
 
 @pytest.fixture
-def fsspec_store(tmp_path: Path) -> FsspecStore:
+def fsspec_store(tmp_path: Path) -> FsspecObjectStore:
     root = tmp_path / "fs"
     root.mkdir()
-    return FsspecStore(fsspec.filesystem("file"), str(root), root.as_uri())
+    return FsspecObjectStore(fsspec.filesystem("file"), str(root), root.as_uri())
 
 
-async def test_fsspec_create_then_ranged_get(fsspec_store: FsspecStore) -> None:
+async def test_fsspec_create_then_ranged_get(fsspec_store: FsspecObjectStore) -> None:
     await fsspec_store.put_if_absent("x/y", DATA)
     assert await fsspec_store.get("x/y") == DATA
     assert await fsspec_store.get("x/y", 5, 17) == DATA[5:17]
 
 
 async def test_fsspec_second_create_is_refused_and_keeps_content(
-        fsspec_store: FsspecStore) -> None:
+        fsspec_store: FsspecObjectStore) -> None:
     await fsspec_store.put_if_absent("once", b"first")
     with pytest.raises(ObjectExistsError):
         await fsspec_store.put_if_absent("once", b"second")
@@ -387,7 +387,7 @@ async def test_fsspec_second_create_is_refused_and_keeps_content(
 
 
 async def test_fsspec_list_is_sorted_recursive_and_skips_temp_files(
-        fsspec_store: FsspecStore, tmp_path: Path) -> None:
+        fsspec_store: FsspecObjectStore, tmp_path: Path) -> None:
     for key in ["b/2", "a/1", "b/sub/3"]:
         await fsspec_store.put_if_absent(key, b"xy")
     (tmp_path / "fs" / "b" / ".tmp-partial").write_bytes(b"p")
@@ -396,7 +396,7 @@ async def test_fsspec_list_is_sorted_recursive_and_skips_temp_files(
 
 
 async def test_fsspec_removes_temp_files_older_than_the_grace(
-        fsspec_store: FsspecStore, tmp_path: Path) -> None:
+        fsspec_store: FsspecObjectStore, tmp_path: Path) -> None:
     await fsspec_store.put_if_absent("b/real", b"xy")
     old = leave_temp_file(tmp_path / "fs" / "b", ".tmp-old", age=600)
     young = leave_temp_file(tmp_path / "fs" / "b", ".tmp-young", age=10)
@@ -406,7 +406,7 @@ async def test_fsspec_removes_temp_files_older_than_the_grace(
     assert [info.path for info in await fsspec_store.list()] == ["b/real"]
 
 
-async def test_fsspec_delete_head_and_holds(fsspec_store: FsspecStore) -> None:
+async def test_fsspec_delete_head_and_holds(fsspec_store: FsspecObjectStore) -> None:
     await fsspec_store.put_if_absent("h", DATA)
     assert (await fsspec_store.head("h")).size == len(DATA)
     assert await fsspec_store.holds("h", DATA)
@@ -443,7 +443,7 @@ async def test_s3_create_stores_the_object_under_the_url_prefix(s3: S3Env) -> No
 
 async def test_s3_delete_many_sends_one_request_per_chunk(s3: S3Env) -> None:
     store = open_storage(s3.url, s3.options)
-    assert isinstance(store, S3Store)
+    assert isinstance(store, S3ObjectStore)
     store.delete_batch = 2
     keys = [f"k/{i}" for i in range(5)]
     try:

@@ -1,4 +1,4 @@
-"""open_storage picks a store by URL scheme from STORE_FACTORIES, fsspec for the rest, and
+"""open_storage picks a store by URL scheme from OBJECT_STORE_FACTORIES, fsspec for the rest, and
 each store gets only the settings it needs."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import pytest
 from pyspark_dstl.changelog.errors import UnsupportedStorageError
 from pyspark_dstl.changelog.options import ChangelogOptions
 from pyspark_dstl.changelog.storage import (
-    STORE_FACTORIES,
+    OBJECT_STORE_FACTORIES,
     ConnectionNeeds,
-    FsspecStore,
-    MemoryStore,
+    FsspecObjectStore,
+    MemoryObjectStore,
     ObjectStore,
-    S3Store,
+    S3ObjectStore,
     StorageOptions,
     open_storage,
 )
@@ -24,23 +24,23 @@ from pyspark_dstl.changelog.storage import (
 
 def open_as_memory(url: str, parts: SplitResult, storage: StorageOptions,
                    needs: ConnectionNeeds) -> ObjectStore:
-    return MemoryStore(f"registered-{parts.netloc}")
+    return MemoryObjectStore(f"registered-{parts.netloc}")
 
 
 def test_a_registered_scheme_opens_the_store_of_its_factory(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(STORE_FACTORIES, "scratch", open_as_memory)
+    monkeypatch.setitem(OBJECT_STORE_FACTORIES, "scratch", open_as_memory)
     try:
         store = open_storage("scratch://space/x", ChangelogOptions())
-        assert isinstance(store, MemoryStore)
+        assert isinstance(store, MemoryObjectStore)
         assert store.root_url == "memory://registered-space"
     finally:
-        MemoryStore.drop("registered-space")
+        MemoryObjectStore.drop("registered-space")
 
 
 def test_a_scheme_fsspec_knows_needs_no_entry(tmp_path: Path) -> None:
-    assert "local" not in STORE_FACTORIES
-    assert isinstance(open_storage(f"local://{tmp_path}", ChangelogOptions()), FsspecStore)
+    assert "local" not in OBJECT_STORE_FACTORIES
+    assert isinstance(open_storage(f"local://{tmp_path}", ChangelogOptions()), FsspecObjectStore)
 
 
 def test_a_scheme_nobody_knows_fails_naming_the_url() -> None:
@@ -53,7 +53,7 @@ def test_the_s3_store_gets_the_storage_options_and_the_connection_needs_only() -
     options = ChangelogOptions(storage=storage, attempt_timeout=3.0, max_concurrent_uploads=2,
                                hedge_max_hedges=1, read_parallelism=4)
     store = open_storage("s3://bucket/prefix", options)
-    assert isinstance(store, S3Store)
+    assert isinstance(store, S3ObjectStore)
     assert store.storage is storage
     assert store.needs == ConnectionNeeds(request_timeout=3.0, connections=(1 + 1) * 2 + 4 + 4)
     assert not hasattr(store, "options")

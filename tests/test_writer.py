@@ -16,7 +16,7 @@ from pyspark_dstl.changelog import (
     WriterClosedError,
 )
 from pyspark_dstl.changelog.format import read_file
-from pyspark_dstl.changelog.storage.memory import MemoryStore
+from pyspark_dstl.changelog.storage.memory import MemoryObjectStore
 
 Contents = list[tuple[int, tuple[tuple[int, bytes], ...]]]
 
@@ -32,7 +32,7 @@ def storage(storage_url: tuple[str, ChangelogOptions]) -> Iterator[ChangelogStor
 def memory_url() -> Iterator[str]:
     name = f"writer-{uuid.uuid4().hex}"
     yield f"memory://{name}"
-    MemoryStore.drop(name)
+    MemoryObjectStore.drop(name)
 
 
 @pytest.fixture

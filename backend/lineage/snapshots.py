@@ -34,7 +34,7 @@ from pyspark_dstl.changelog.errors import ChangelogError, ObjectNotFoundError
 from pyspark_dstl.changelog.storage_service import ChangelogStorage
 from pyspark_dstl.materializer.errors import MaterializerError
 from pyspark_dstl.materializer.handle import MaterializedHandle, SnapshotRequest
-from pyspark_dstl.materializer.upload.schedule import Decision
+from pyspark_dstl.materializer.upload.schedule import SnapshotDecision
 
 log = logging.getLogger(__name__)
 SnapshotId = tuple[int, str]
@@ -183,14 +183,14 @@ class SnapshotTracker:
             self._store_id, position.handle.size,
             commits_since_snapshot=self.commits_since_snapshot(position))
         if force:
-            decision = Decision.BACKSTOP
-        if decision is Decision.NO:
+            decision = SnapshotDecision.BACKSTOP
+        if decision is SnapshotDecision.NO:
             return None
         assert position.unique_id is not None
         request = SnapshotRequest(self._store_id, position.version, position.unique_id, sqn,
                                   position.lineage)
         try:
-            if decision is not Decision.BACKSTOP:
+            if decision is not SnapshotDecision.BACKSTOP:
                 ready = None
                 if catch_up is not None:
                     if engine.LIVE_VIEW:  # the checkpoint thread waits for the write

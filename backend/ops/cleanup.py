@@ -15,7 +15,7 @@ Manifests go before the data files they name, so a manifest never names a delete
 `verify` and an adopting commit check), even when a cleanup is killed halfway; a repeated run
 finds the data files by their version and deletes them then.
 
-Uploads killed halfway leave temp files that no listing shows (LocalStore's '.tmp-*'), so no
+Uploads killed halfway leave temp files that no listing shows (LocalObjectStore's '.tmp-*'), so no
 reference rule can reach them: each cleaned store directory and the commit log directory are
 swept for such leftovers older than a grace period no live upload can reach.
 """

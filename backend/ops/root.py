@@ -6,7 +6,7 @@ from pyspark_dstl.backend.errors import BackendError
 from pyspark_dstl.backend.fencing.epochs import EPOCHS_PREFIX
 from pyspark_dstl.backend.lineage.commit_log import COMMITS_PREFIX
 from pyspark_dstl.backend.lineage.naming import STATE_PREFIX
-from pyspark_dstl.changelog.storage.local import LocalStore
+from pyspark_dstl.changelog.storage.local import LocalObjectStore
 from pyspark_dstl.changelog.storage_service import ChangelogStorage
 
 
@@ -18,7 +18,7 @@ def require_checkpoint(storage: ChangelogStorage) -> None:
     """NoCheckpointError unless the root holds a commit log entry, a store file or an epoch
     file (the cheap listings first: commits/, then epochs/, then state/)."""
     store = storage.store
-    if isinstance(store, LocalStore) and not store.root.is_dir():
+    if isinstance(store, LocalObjectStore) and not store.root.is_dir():
         raise NoCheckpointError(f"checkpoint {storage.url}: {str(store.root)!r} does not exist "
                                 f"or is not a directory")
     for prefix in (COMMITS_PREFIX, EPOCHS_PREFIX, STATE_PREFIX):

@@ -25,11 +25,11 @@ from pyspark_dstl.core.options import (
     conf_keys,
     setting,
 )
+from pyspark_dstl.core.units import MIB
 
 QUERY_SECTION = "query."
 QUERY_PREFIX = CONF_PREFIX + QUERY_SECTION
 OUTPUT_MODES = ("collect", "files", "cache")
-MB = 1024 * 1024
 PLAIN_NAME = Rule("be a non-empty name without '/' or '..'",
                   lambda name: "/" not in name and ".." not in name)
 
@@ -64,7 +64,7 @@ class QueryOptions(Options):
         "cluster), `collect` (every row to the driver as Arrow) or `cache` (persisted on the "
         "executors; a lost block runs the stage again).", choices=OUTPUT_MODES)
     output_inline_bytes: int = setting(
-        "outputInlineBytes", SIZE, 1 * MB,
+        "outputInlineBytes", SIZE, 1 * MIB,
         "`files` output mode: a task whose output is at most this size (Arrow bytes) returns "
         "it with its meta row instead of writing a file, which saves small batches a Spark "
         "job; the driver receives at most partitions x this per batch. `0` writes every "
@@ -84,7 +84,7 @@ class QueryOptions(Options):
         "the query's plan), so `false` makes short batches faster.")
 
 
-CONF_KEYS: dict[str, str] = conf_keys(QueryOptions)
+QUERY_CONF_KEYS: dict[str, str] = conf_keys(QueryOptions)
 """Field name -> key below spark.dstl.query."""
 
 

@@ -1,6 +1,6 @@
 """Storage backends behind one URL: file://, memory://, s3:// natively, other fsspec protocols.
 
-`STORE_FACTORIES` maps a URL scheme to the function that opens its store; a scheme not in it
+`OBJECT_STORE_FACTORIES` maps a URL scheme to the function that opens its store; a scheme not in it
 goes to fsspec, and one fsspec does not know either fails naming the URL. A new backend is its
 store class plus one entry here.
 """
@@ -22,24 +22,24 @@ from pyspark_dstl.changelog.storage.base import (
     join_key,
     md5_hex,
 )
-from pyspark_dstl.changelog.storage.fsspec_store import FsspecStore
-from pyspark_dstl.changelog.storage.local import LocalStore
-from pyspark_dstl.changelog.storage.memory import MemoryStore
+from pyspark_dstl.changelog.storage.fsspec_store import FsspecObjectStore
+from pyspark_dstl.changelog.storage.local import LocalObjectStore
+from pyspark_dstl.changelog.storage.memory import MemoryObjectStore
 from pyspark_dstl.changelog.storage.options import ConnectionNeeds, StorageOptions
-from pyspark_dstl.changelog.storage.s3 import S3Store
+from pyspark_dstl.changelog.storage.s3 import S3ObjectStore
 
 if TYPE_CHECKING:
     from pyspark_dstl.changelog.options import ChangelogOptions
 
 __all__ = [
-    "STORE_FACTORIES",
+    "OBJECT_STORE_FACTORIES",
     "ConnectionNeeds",
-    "FsspecStore",
-    "LocalStore",
-    "MemoryStore",
+    "FsspecObjectStore",
+    "LocalObjectStore",
+    "MemoryObjectStore",
     "ObjectInfo",
     "ObjectStore",
-    "S3Store",
+    "S3ObjectStore",
     "StorageOptions",
     "StoreFactory",
     "check_key",
@@ -55,13 +55,13 @@ StoreFactory = Callable[[str, SplitResult, StorageOptions, ConnectionNeeds], Obj
 def open_storage(url: str, options: ChangelogOptions) -> ObjectStore:
     """The store for `url`; an unknown scheme raises UnsupportedStorageError naming the URL."""
     parts = urlsplit(url)
-    factory = STORE_FACTORIES.get(parts.scheme.lower(), _open_fsspec)
+    factory = OBJECT_STORE_FACTORIES.get(parts.scheme.lower(), _open_fsspec)
     return factory(url, parts, options.storage, options.connection_needs)
 
 
 def _open_path(url: str, parts: SplitResult, storage: StorageOptions,
                needs: ConnectionNeeds) -> ObjectStore:
-    return LocalStore(_local_path(url, url))
+    return LocalObjectStore(_local_path(url, url))
 
 
 def _open_file(url: str, parts: SplitResult, storage: StorageOptions,
@@ -69,7 +69,7 @@ def _open_file(url: str, parts: SplitResult, storage: StorageOptions,
     if parts.netloc not in ("", "localhost"):
         raise UnsupportedStorageError(
             f"storage URL {url!r}: file URLs naming another host are not supported")
-    return LocalStore(_local_path(url, unquote(parts.path)))
+    return LocalObjectStore(_local_path(url, unquote(parts.path)))
 
 
 def _local_path(url: str, path: str) -> str:
@@ -84,12 +84,12 @@ def _local_path(url: str, path: str) -> str:
 
 def _open_memory(url: str, parts: SplitResult, storage: StorageOptions,
                  needs: ConnectionNeeds) -> ObjectStore:
-    return _named(url, parts, MemoryStore)
+    return _named(url, parts, MemoryObjectStore)
 
 
 def _open_s3(url: str, parts: SplitResult, storage: StorageOptions,
              needs: ConnectionNeeds) -> ObjectStore:
-    return _named(url, parts, lambda bucket, prefix: S3Store(bucket, prefix, storage, needs))
+    return _named(url, parts, lambda bucket, prefix: S3ObjectStore(bucket, prefix, storage, needs))
 
 
 def _named(url: str, parts: SplitResult, make: Callable[[str, str], ObjectStore]) -> ObjectStore:
@@ -115,10 +115,10 @@ def _open_fsspec(url: str, parts: SplitResult, storage: StorageOptions,
     except Exception as exc:
         raise UnsupportedStorageError(
             f"storage URL {url!r}: cannot open the {scheme!r} file system: {exc}") from exc
-    return FsspecStore(fs, root, url)
+    return FsspecObjectStore(fs, root, url)
 
 
-STORE_FACTORIES: dict[str, StoreFactory] = {
+OBJECT_STORE_FACTORIES: dict[str, StoreFactory] = {
     "": _open_path,
     "file": _open_file,
     "memory": _open_memory,

@@ -1,4 +1,4 @@
-"""FsspecStore: any other fsspec protocol, through fsspec's blocking API in worker threads.
+"""FsspecObjectStore: any other fsspec protocol, through fsspec's blocking API in worker threads.
 
 Create-only is only as strong as the protocol: an existence check, then an exclusive-create
 open ('xb') where the file system supports it, else a temp name moved into place. Both leave
@@ -36,7 +36,7 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 
-class FsspecStore(ObjectStore):
+class FsspecObjectStore(ObjectStore):
     """Objects are files of `fs` under `root` (a path in the file system's own notation)."""
 
     def __init__(self, fs: Any, root: str, root_url: str) -> None:

@@ -1,4 +1,4 @@
-"""LocalStore: a directory tree; create-only through a hard link, which never replaces a file.
+"""LocalObjectStore: a directory tree; create-only through a hard link, which never replaces a file.
 
 A temp file is written and fsynced first, then linked to the final name: the final name either
 does not exist or holds the complete bytes. Blocking calls run in worker threads.
@@ -40,7 +40,7 @@ _NO_LINK_ERRNOS = {errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV}
 T = TypeVar("T")
 
 
-class LocalStore(ObjectStore):
+class LocalObjectStore(ObjectStore):
     """Objects are files under `root`; keys map to relative paths."""
 
     def __init__(self, root: str | os.PathLike[str]) -> None:

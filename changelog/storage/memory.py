@@ -1,4 +1,4 @@
-"""MemoryStore: objects in a process-global dict per name, so two opens of one URL share them.
+"""MemoryObjectStore: objects in a process-global dict per name, so two opens of one URL share them.
 
 Meant for tests and single-process experiments: nothing survives the process.
 """
@@ -38,7 +38,7 @@ def _space(name: str) -> _Space:
         return space
 
 
-class MemoryStore(ObjectStore):
+class MemoryObjectStore(ObjectStore):
     """`memory://name[/prefix]`; keys live under `prefix` inside the named space."""
 
     def __init__(self, name: str, prefix: str = "") -> None:

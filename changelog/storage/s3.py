@@ -1,4 +1,4 @@
-"""S3Store: native aiobotocore client; create-only with `IfNoneMatch="*"`, no hidden retries.
+"""S3ObjectStore: native aiobotocore client; create-only with `IfNoneMatch="*"`, no hidden retries.
 
 Exactly one layer may retry (the uploader), so botocore's retries are off and aiohttp's silent
 resend of idempotent requests on a dropped keep-alive connection is off too: a PUT whose answer
@@ -61,7 +61,7 @@ class NoResendHTTPSession(AIOHTTPSession):
         session: aiohttp.ClientSession = await super()._get_session(proxy_url)
         if not hasattr(session, "_retry_connection"):
             raise ChangelogError("this aiohttp version has no _retry_connection switch; "
-                                 "S3Store cannot turn off its hidden resends")
+                                 "S3ObjectStore cannot turn off its hidden resends")
         session._retry_connection = False
         return session
 
@@ -72,7 +72,7 @@ def _no_expect_continue(params: dict[str, Any], **_: Any) -> None:
     params.get("headers", {}).pop("Expect", None)
 
 
-class S3Store(ObjectStore):
+class S3ObjectStore(ObjectStore):
     """`s3://bucket[/prefix]`; keys are stored as `prefix/key`."""
 
     def __init__(self, bucket: str, prefix: str, storage: StorageOptions | None = None,

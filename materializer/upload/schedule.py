@@ -12,7 +12,7 @@ from pyspark_dstl.materializer.handle import MaterializedHandle
 from pyspark_dstl.materializer.options import MaterializerOptions
 
 
-class Decision(enum.Enum):
+class SnapshotDecision(enum.Enum):
     NO = "no"
     PERIODIC = "periodic"
     BACKSTOP = "backstop"
@@ -53,7 +53,7 @@ class StoreSchedule:
             raise MaterializationFailedError(self.store_id, self.failures, self.last_error)
 
     def decide(self, unmaterialized_bytes: int, now: float,
-               commits_since_snapshot: int | None = None) -> Decision:
+               commits_since_snapshot: int | None = None) -> SnapshotDecision:
         """Count one commit and say whether to snapshot now (ignores what is in flight).
 
         `commits_since_snapshot`, when the owner knows it (from the store's lineage), replaces
@@ -62,16 +62,16 @@ class StoreSchedule:
         """
         self.commits += 1
         if unmaterialized_bytes >= self.options.backstop_bytes:
-            return Decision.BACKSTOP
+            return SnapshotDecision.BACKSTOP
         if self.in_flight:
-            return Decision.NO
+            return SnapshotDecision.NO
         n = self.options.every_n_commits
         commits = self.commits if commits_since_snapshot is None else commits_since_snapshot
         if n is not None and commits >= n:
-            return Decision.PERIODIC
+            return SnapshotDecision.PERIODIC
         if self.next_due is not None and now >= self.next_due:
-            return Decision.PERIODIC
-        return Decision.NO
+            return SnapshotDecision.PERIODIC
+        return SnapshotDecision.NO
 
     def started(self, future: Future[MaterializedHandle], now: float) -> None:
         self.in_flight.add(future)

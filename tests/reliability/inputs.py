@@ -17,17 +17,17 @@ from pathlib import Path
 from typing import Any
 
 from pyspark_dstl.backend.errors import BackendError, ProviderError, StoreIdError
-from pyspark_dstl.backend.options import CONF_KEYS as BACKEND_KEYS
+from pyspark_dstl.backend.options import BACKEND_CONF_KEYS as BACKEND_KEYS
 from pyspark_dstl.backend.options import FENCING_KEYS, BackendOptions
 from pyspark_dstl.backend.spark.codec.values import encode_value
 from pyspark_dstl.backend.spark.errors import StateEncodingError
 from pyspark_dstl.backend.store.state_backend import StateBackend
 from pyspark_dstl.changelog.errors import StorageError
-from pyspark_dstl.changelog.options import CONF_KEYS as CHANGELOG_KEYS
+from pyspark_dstl.changelog.options import CHANGELOG_CONF_KEYS as CHANGELOG_KEYS
 from pyspark_dstl.changelog.storage.options import StorageOptions
 from pyspark_dstl.changelog.storage_service import ChangelogStorage
 from pyspark_dstl.core.errors import ConfigError
-from pyspark_dstl.materializer.options import CONF_KEYS as MATERIALIZATION_KEYS
+from pyspark_dstl.materializer.options import MATERIALIZER_CONF_KEYS as MATERIALIZATION_KEYS
 
 ALL_KEYS = ([f"spark.dstl.{key}" for key in BACKEND_KEYS.values()]
             + [f"spark.dstl.changelog.{key}" for key in CHANGELOG_KEYS.values()]

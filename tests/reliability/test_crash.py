@@ -92,7 +92,7 @@ def test_cleanup_removes_the_temp_file_of_an_upload_killed_halfway(tmp_path: Pat
     try:
         workload.recover()
         workload.run(1)
-        # what SIGKILL between LocalStore's write of the temp file and its link leaves
+        # what SIGKILL between LocalObjectStore's write of the temp file and its link leaves
         leftover = root / "state" / spec.operator / "0" / ".tmp-0123456789abcdef"
         leftover.write_bytes(b"x" * 99)
         # killed long ago: older than the grace that protects uploads still running

@@ -86,7 +86,7 @@ class OperatorSpec:
 
 
 @dataclass(frozen=True)
-class Base:
+class BatchBase:
     """The committed state a batch builds on: the newest entry of an earlier batch.
     `rerun`: the batch itself is already committed (the engine runs it again)."""
 
@@ -105,7 +105,7 @@ class StageResult:
     """One run of the stateful stage: its output and one task report per partition."""
 
     batch_id: int
-    base: Base
+    base: BatchBase
     num_partitions: int
     output: pa.Table | None  # outputMode "collect": the output rows on the driver
     reports: dict[int, TaskReport]
@@ -228,7 +228,7 @@ class StatefulOperator:
 
     # --- one batch ---------------------------------------------------------------------------
 
-    def base_for(self, batch_id: int) -> Base:
+    def base_for(self, batch_id: int) -> BatchBase:
         """The entry `batch_id` builds on; a re-executed batch builds on the one before it."""
         log = self.commit_log()
         batches = log.batch_ids()
@@ -240,16 +240,16 @@ class StatefulOperator:
                 f"checkpoint do not belong together")
         earlier = [b for b in batches if b < batch_id]
         if not earlier:
-            return Base(None, None, rerun=batch_id in batches)
+            return BatchBase(None, None, rerun=batch_id in batches)
         previous = max(earlier)
         if previous != batch_id - 1:
             raise CommitValidationError(
                 f"the commit log under {self.checkpoint!r} ends at batch {previous}, but the "
                 f"engine runs batch {batch_id}: batches {previous + 1}..{batch_id - 1} were "
                 f"never committed here, their state changes would be lost")
-        return Base(previous, log.read(previous), rerun=batch_id in batches)
+        return BatchBase(previous, log.read(previous), rerun=batch_id in batches)
 
-    def num_partitions(self, base: Base, spark: Any) -> int:
+    def num_partitions(self, base: BatchBase, spark: Any) -> int:
         recorded = None
         if base.entry is not None and self.spec.name in base.entry.operators:
             recorded = base.entry.operators[self.spec.name].num_partitions
@@ -270,7 +270,7 @@ class StatefulOperator:
             return recorded
         return int(spark.conf.get("spark.sql.shuffle.partitions"))
 
-    def execute(self, df: Any, batch_id: int, base: Base | None = None) -> StageResult:
+    def execute(self, df: Any, batch_id: int, base: BatchBase | None = None) -> StageResult:
         """Run the stateful stage once; nothing is committed to the commit log yet."""
         from pyspark.sql import functions as F
         from pyspark.sql.pandas.types import to_arrow_schema
@@ -352,7 +352,7 @@ class StatefulOperator:
             fencing.hold(self).check(f"delete the output files of batch {result.batch_id}")
             delete_batch(self._storage(), self.spec.name, result.batch_id)
 
-    def _batch_time(self, base: Base, batch_id: int) -> int:
+    def _batch_time(self, base: BatchBase, batch_id: int) -> int:
         """The batch's processing time: the wall clock, except for a batch the engine runs
         again after it was committed here, which keeps the time it ran with (as Spark keeps a
         batch's timestamp in its offset log), so TTL and timers decide the same way."""

@@ -38,7 +38,7 @@ from pyspark_dstl.backend.spark.codec.values import encode_user_key, encode_valu
 from pyspark_dstl.backend.spark.compat.state import CompatHandle, SchemaBook, ttl_ms_of
 from pyspark_dstl.backend.spark.driver import query_lease as fencing
 from pyspark_dstl.backend.spark.driver.operator import (
-    Base,
+    BatchBase,
     OperatorSpec,
     StageResult,
     StatefulOperator,
@@ -450,7 +450,7 @@ class ImportOperator(StatefulOperator):
         self.spark_time_mode = spark_time_mode
         self.processor_name = processor_name
 
-    def _batch_time(self, base: Base, batch_id: int) -> int:
+    def _batch_time(self, base: BatchBase, batch_id: int) -> int:
         return MIN_EXPIRY_MS
 
     def _time_extra(self, result: StageResult) -> dict[str, Any]:

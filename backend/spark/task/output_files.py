@@ -119,7 +119,7 @@ def write_part(storage: ChangelogStorage, path: str, partition: int,
 # --- reading side (inside the sink's tasks) -------------------------------------------------------
 
 @dataclass(frozen=True)
-class FileSet:
+class OutputFileSet:
     """Output files to read, as plain data (it travels inside the reading tasks' closure)."""
 
     url: str
@@ -157,13 +157,13 @@ class StagedOutput:
             with arrow_batches_limited(spark, self.inline.num_rows):
                 frames.append(spark.createDataFrame(self.inline, schema=spark_schema))
         if self.files:
-            files = FileSet(self.url, self.settings, self.schema, self.files)
+            files = OutputFileSet(self.url, self.settings, self.schema, self.files)
             ids = spark.range(0, len(files.files), 1, len(files.files))
             frames.append(ids.mapInArrow(functools.partial(read_parts, files), spark_schema))
         return functools.reduce(lambda left, right: left.union(right), frames)
 
 
-def read_parts(files: FileSet, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def read_parts(files: OutputFileSet, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """mapInArrow function: the rows of the files whose indices arrive in `batches`."""
     storage = output_storage(files.url, files.settings)
     for batch in batches:
