@@ -51,6 +51,7 @@ _SPARK_NAMES = {
     "ImportStateError": "pyspark_dstl.backend.spark.dropin.spark_checkpoint",
     "DeletedStateError": "pyspark_dstl.backend.spark.compat.state",
     "import_state": "pyspark_dstl.backend.spark.dropin.import_state",
+    "NonAtomicStorageWarning": "pyspark_dstl.changelog.storage.fsspec_store",
 }
 _ALIASES = {"DefaultSource": "DstlStateDataSource"}
 

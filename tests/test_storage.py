@@ -8,6 +8,7 @@ import os
 import threading
 import time
 import uuid
+import warnings
 from pathlib import Path
 
 import fsspec
@@ -25,6 +26,7 @@ from pyspark_dstl.changelog.storage import (
     FsspecObjectStore,
     LocalObjectStore,
     MemoryObjectStore,
+    NonAtomicStorageWarning,
     ObjectInfo,
     ObjectStore,
     S3ObjectStore,
@@ -213,9 +215,25 @@ def test_s3_urls_open_an_s3_store_with_a_normalised_root(url: str) -> None:
 
 
 def test_other_fsspec_protocols_open_an_fsspec_store(tmp_path: Path) -> None:
-    store = open_storage(f"local://{tmp_path}/", ChangelogOptions())
+    with pytest.warns(NonAtomicStorageWarning):
+        store = open_storage(f"local://{tmp_path}/", ChangelogOptions())
     assert isinstance(store, FsspecObjectStore)
     assert store.root_url == f"local://{tmp_path}"
+
+
+def test_opening_an_fsspec_store_warns_that_its_create_only_write_is_not_atomic(
+        tmp_path: Path) -> None:
+    with pytest.warns(NonAtomicStorageWarning) as caught:
+        open_storage(f"local://{tmp_path}/", ChangelogOptions())
+    message = str(caught[0].message)
+    assert message.startswith(f"storage 'local://{tmp_path}': fsspec's ")
+    assert "use file:// or s3:// for checkpoints" in message
+
+
+def test_native_stores_open_without_the_atomicity_warning(tmp_path: Path) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NonAtomicStorageWarning)
+        open_storage(tmp_path.as_uri(), ChangelogOptions())
 
 
 def test_unknown_scheme_error_names_the_url() -> None:
@@ -369,7 +387,8 @@ async def test_local_create_under_a_file_is_a_permanent_error(tmp_path: Path) ->
 def fsspec_store(tmp_path: Path) -> FsspecObjectStore:
     root = tmp_path / "fs"
     root.mkdir()
-    return FsspecObjectStore(fsspec.filesystem("file"), str(root), root.as_uri())
+    with pytest.warns(NonAtomicStorageWarning):
+        return FsspecObjectStore(fsspec.filesystem("file"), str(root), root.as_uri())
 
 
 async def test_fsspec_create_then_ranged_get(fsspec_store: FsspecObjectStore) -> None:

@@ -22,7 +22,7 @@ from pyspark_dstl.changelog.storage.base import (
     join_key,
     md5_hex,
 )
-from pyspark_dstl.changelog.storage.fsspec_store import FsspecObjectStore
+from pyspark_dstl.changelog.storage.fsspec_store import FsspecObjectStore, NonAtomicStorageWarning
 from pyspark_dstl.changelog.storage.local import LocalObjectStore
 from pyspark_dstl.changelog.storage.memory import MemoryObjectStore
 from pyspark_dstl.changelog.storage.options import ConnectionNeeds, StorageOptions
@@ -37,6 +37,7 @@ __all__ = [
     "FsspecObjectStore",
     "LocalObjectStore",
     "MemoryObjectStore",
+    "NonAtomicStorageWarning",
     "ObjectInfo",
     "ObjectStore",
     "S3ObjectStore",

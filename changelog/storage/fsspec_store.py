@@ -12,6 +12,7 @@ import builtins
 import logging
 import time
 import uuid
+import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -36,10 +37,21 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 
+class NonAtomicStorageWarning(UserWarning):
+    """The storage's create-only write is not atomic: one writer per name is not enforced."""
+
+
 class FsspecObjectStore(ObjectStore):
-    """Objects are files of `fs` under `root` (a path in the file system's own notation)."""
+    """Objects are files of `fs` under `root` (a path in the file system's own notation).
+    Opening one warns (NonAtomicStorageWarning): its create-only write is not atomic."""
 
     def __init__(self, fs: Any, root: str, root_url: str) -> None:
+        warnings.warn(
+            f"storage {root_url.rstrip('/')!r}: fsspec's {_protocol(fs)!r} file system has no atomic "
+            f"create-only write, so two writers racing for one file name can both succeed and a "
+            f"fenced run is not stopped for sure; use file:// or s3:// for checkpoints, or make "
+            f"sure only one run writes this root (docs/storage.md)",
+            NonAtomicStorageWarning, stacklevel=3)
         self.fs = fs
         self.root = root.rstrip("/")
         self.root_url = root_url.rstrip("/")
@@ -204,3 +216,8 @@ def _classify(exc: Exception, path: str, url: str) -> StorageError:
                                      path)
     return PermanentStorageError(f"fsspec I/O on {url!r} failed ({type(exc).__name__}): {exc}",
                                  path)
+
+
+def _protocol(fs: Any) -> str:
+    protocol = getattr(fs, "protocol", "fsspec")
+    return str(protocol[0] if isinstance(protocol, tuple | list) else protocol)
