@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import shutil
 import statistics
@@ -42,6 +43,7 @@ import numpy as np
 import pandas as pd
 
 from pyspark_dstl.backend.spark import (
+    PROGRESS_LOGGER,
     BatchProgress,
     StatefulProcessor,
     StatefulProcessorHandle,
@@ -273,8 +275,10 @@ def run(args: argparse.Namespace, checkpoint: str, conf: dict[str, str],
                        time_mode="event_time", event_time="ts", watermark_delay=delay)
               .foreach_batch(sink)
               .on_progress(lambda p: print_batch(p, *closed_of(sink_dir, p.batch_id)[1:])))
+    progress_log = log_progress_to(work / "progress.jsonl")
     print(f"input: {generated.events} events in {args.files} files under {work / 'input'}")
     print(f"checkpoint: {checkpoint}")
+    print(f"per-batch JSON lines (logger {PROGRESS_LOGGER!r}): {progress_log}")
     print(f"sessions end after {args.gap} s without events (event time); watermark delay "
           f"{delay}\n")
     started = time.monotonic()
@@ -288,6 +292,18 @@ def run(args: argparse.Namespace, checkpoint: str, conf: dict[str, str],
     ok = check(spark, args, checkpoint, conf, generated, stream, sink_dir)
     spark.stop()
     return 0 if ok else 1
+
+
+def log_progress_to(path: Path) -> Path:
+    """The backend logs one JSON line per batch; here they go to a file, so the table this job
+    prints stays readable (without a handler, the line would go to stderr)."""
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logger = logging.getLogger(PROGRESS_LOGGER)
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    return path
 
 
 def remote_session(url: str) -> Any:

@@ -33,6 +33,7 @@ _SPARK_NAMES = {
     "StatefulQuery": "pyspark_dstl.backend.spark",
     "StatefulTaskError": "pyspark_dstl.backend.spark",
     "observed_state_metrics": "pyspark_dstl.backend.spark",
+    "PROGRESS_LOGGER": "pyspark_dstl.backend.spark",
     "read_state": "pyspark_dstl.backend.spark",
     "register_state_reader": "pyspark_dstl.backend.spark",
     "DefaultSource": "pyspark_dstl.backend.spark.sources.state_reader",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -15,23 +16,32 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_example(name: str, tmp_path: Path, *args: str) -> str:
+def run_example(name: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     prepare_environment()  # workers run this interpreter on loopback
     done = subprocess.run([sys.executable, str(REPO_ROOT / "examples" / name),
                            "--work-dir", str(tmp_path / "work"), *args],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return done.stdout
+    return done
 
 
 def test_main_job_closes_silent_sessions_and_its_self_checks_pass(tmp_path: Path) -> None:
-    out = run_example("main_job.py", tmp_path, "--files", "4", "--events", "1000")
+    out = run_example("main_job.py", tmp_path, "--files", "4", "--events", "1000").stdout
     checks = [line for line in out.splitlines() if line.startswith(("ok ", "MISMATCH"))]
     assert len(checks) >= 3 and all(line.startswith("ok ") for line in checks), out[-2000:]
 
 
+def test_main_job_keeps_its_table_readable_and_logs_json_lines_to_a_file(
+        tmp_path: Path) -> None:
+    done = run_example("main_job.py", tmp_path, "--files", "2", "--events", "200")
+    assert '"event": "dstl.batch"' not in done.stdout + done.stderr
+    lines = (tmp_path / "work" / "progress.jsonl").read_text().splitlines()
+    batches = [json.loads(line)["batch_id"] for line in lines]
+    assert len(batches) >= 2 and batches == list(range(len(batches)))
+
+
 def test_dedup_job_self_checks_pass(tmp_path: Path) -> None:
-    out = run_example("dedup_job.py", tmp_path, "--files", "4", "--deliveries", "500")
+    out = run_example("dedup_job.py", tmp_path, "--files", "4", "--deliveries", "500").stdout
     checks = [line for line in out.splitlines() if line.startswith(("ok ", "MISMATCH"))]
     assert len(checks) >= 3 and all(line.startswith("ok ") for line in checks), out[-2000:]
 

@@ -12,7 +12,7 @@ import pytest
 
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
 from pyspark_dstl.backend.spark import StatefulStream, observed_state_metrics, stateful
-from pyspark_dstl.backend.spark.driver.progress import LOGGER_NAME, OBSERVATION
+from pyspark_dstl.backend.spark.driver.progress import OBSERVATION, PROGRESS_LOGGER
 from pyspark_dstl.changelog.storage_service import ChangelogStorage
 from tests.support.fault_proxy import FaultRule
 from tests.support.spark import (
@@ -105,10 +105,10 @@ def test_batch_progress_counts_upload_retries_on_the_s3_api(spark: Any, s3: Any,
 
 def test_every_batch_logs_one_json_line(spark: Any, tmp_path: Path,
                                         caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.INFO, logger=LOGGER_NAME):
-        logging.getLogger(LOGGER_NAME).propagate = True
+    with caplog.at_level(logging.INFO, logger=PROGRESS_LOGGER):
+        logging.getLogger(PROGRESS_LOGGER).propagate = True
         stream, _ = run_query(spark, tmp_path, batches=2)
-    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == LOGGER_NAME]
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == PROGRESS_LOGGER]
     assert [line["batch_id"] for line in lines] == [0, 1]
     assert lines[1]["event"] == "dstl.batch"
     assert lines[1]["metrics"] == pytest.approx(stream.progress[1].metrics)
@@ -117,7 +117,7 @@ def test_every_batch_logs_one_json_line(spark: Any, tmp_path: Path,
 
 def test_log_line_is_switched_off_by_one_setting(spark: Any, tmp_path: Path,
                                                  caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.INFO, logger=LOGGER_NAME):
-        logging.getLogger(LOGGER_NAME).propagate = True
+    with caplog.at_level(logging.INFO, logger=PROGRESS_LOGGER):
+        logging.getLogger(PROGRESS_LOGGER).propagate = True
         run_query(spark, tmp_path, batches=1, conf={"query.logProgress": "false"})
-    assert [r for r in caplog.records if r.name == LOGGER_NAME] == []
+    assert [r for r in caplog.records if r.name == PROGRESS_LOGGER] == []

@@ -30,6 +30,7 @@ _NAMES = {
     "MapState": "pyspark_dstl.backend.spark.api.state",
     "OBSERVATION": "pyspark_dstl.backend.spark.driver.progress",
     "observed_state_metrics": "pyspark_dstl.backend.spark.driver.progress",
+    "PROGRESS_LOGGER": "pyspark_dstl.backend.spark.driver.progress",
     "OperatorSpec": "pyspark_dstl.backend.spark.driver.operator",
     "OutputSchemaError": "pyspark_dstl.backend.spark.errors",
     "PartitionCountError": "pyspark_dstl.backend.spark.errors",

@@ -47,10 +47,10 @@ class FsspecObjectStore(ObjectStore):
 
     def __init__(self, fs: Any, root: str, root_url: str) -> None:
         warnings.warn(
-            f"storage {root_url.rstrip('/')!r}: fsspec's {_protocol(fs)!r} file system has no atomic "
-            f"create-only write, so two writers racing for one file name can both succeed and a "
-            f"fenced run is not stopped for sure; use file:// or s3:// for checkpoints, or make "
-            f"sure only one run writes this root (docs/storage.md)",
+            f"storage {root_url.rstrip('/')!r}: fsspec's {_protocol(fs)!r} file system has no "
+            f"atomic create-only write, so two writers racing for one file name can both "
+            f"succeed and a fenced run is not stopped for sure; use file:// or s3:// for "
+            f"checkpoints, or make sure only one run writes this root (docs/storage.md)",
             NonAtomicStorageWarning, stacklevel=3)
         self.fs = fs
         self.root = root.rstrip("/")

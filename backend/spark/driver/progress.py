@@ -1,6 +1,6 @@
 """Per-batch state metrics where Spark users look: a JSON log line and Spark's own progress.
 
-The log line: one JSON object per batch through Python logging (logger `LOGGER_NAME`), on
+The log line: one JSON object per batch through Python logging (logger `PROGRESS_LOGGER`), on
 unless spark.dstl.query.logProgress is false.
 
 Spark's progress: the stateful stage runs inside foreachBatch, after Spark has already read
@@ -26,10 +26,10 @@ from pyspark_dstl.backend.spark.sources.progress import (
     DstlProgressSource,
 )
 
-LOGGER_NAME = "pyspark_dstl.progress"
+PROGRESS_LOGGER = "pyspark_dstl.progress"
 OBSERVATION = "dstl_state"
 
-log = logging.getLogger(LOGGER_NAME)
+log = logging.getLogger(PROGRESS_LOGGER)
 
 
 # --- the log line ---------------------------------------------------------------------------
