@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import threading
@@ -171,42 +172,49 @@ class Materializer:
             future: Future[MaterializedHandle] = Future()
             schedule.started(future, time.monotonic())  # in flight: no second one meanwhile
         directory = self._checkpoint_dir(request)
-
-        def checkpoint_then_upload() -> None:
-            started = time.monotonic()
-            try:
-                if ready is not None:
-                    _await_ready(ready, request)  # the caller's write into `db` lands first
-                    started = time.monotonic()
-                checkpoint = take_checkpoint(db, directory)
-            except Exception as exc:  # the future carries every failure
-                error = exc if isinstance(exc, MaterializerError) else MaterializerError(
-                    f"RocksDB checkpoint into {directory!r} failed: {exc!r}")
-                with self._lock:
-                    schedule.failed(future, error)
-                self._metrics.add("snapshots_failed")
-                future.set_exception(error)
-                return
-            self._checkpoint_taken(started)
-            try:
-                self._upload(schedule, checkpoint, request, future)
-            except MaterializerClosedError as exc:
-                future.set_exception(exc)
-
-        def settle_cancelled(taken: Future[None]) -> None:
-            if taken.cancelled():  # close() dropped it before it ran
-                with self._lock:
-                    schedule.abandoned(future)
-                future.set_exception(MaterializerClosedError("the materializer is closed"))
-
+        job = functools.partial(self._checkpoint_then_upload, db, request, ready, schedule,
+                                future, directory)
         try:
-            taken = self._checkpointer.submit(checkpoint_then_upload)
+            taken = self._checkpointer.submit(job)
         except RuntimeError as exc:  # shut down by a concurrent close()
             with self._lock:
                 schedule.abandoned(future)
             raise MaterializerClosedError("the materializer is closed") from exc
-        taken.add_done_callback(settle_cancelled)
+        taken.add_done_callback(functools.partial(self._settle_cancelled, schedule, future))
         return taken, future
+
+    def _checkpoint_then_upload(self, db: Rdict, request: SnapshotRequest,
+                                ready: Future[None] | None, schedule: StoreSchedule,
+                                future: Future[MaterializedHandle], directory: str) -> None:
+        """On the checkpoint thread: wait for the caller's write, take the RocksDB checkpoint,
+        then hand it to the uploads; `future` carries every failure."""
+        started = time.monotonic()
+        try:
+            if ready is not None:
+                _await_ready(ready, request)  # the caller's write into `db` lands first
+                started = time.monotonic()
+            checkpoint = take_checkpoint(db, directory)
+        except Exception as exc:
+            error = exc if isinstance(exc, MaterializerError) else MaterializerError(
+                f"RocksDB checkpoint into {directory!r} failed: {exc!r}")
+            with self._lock:
+                schedule.failed(future, error)
+            self._metrics.add("snapshots_failed")
+            future.set_exception(error)
+            return
+        self._checkpoint_taken(started)
+        try:
+            self._upload(schedule, checkpoint, request, future)
+        except MaterializerClosedError as exc:
+            future.set_exception(exc)
+
+    def _settle_cancelled(self, schedule: StoreSchedule, future: Future[MaterializedHandle],
+                          taken: Future[None]) -> None:
+        """close() dropped the checkpoint before it ran: the snapshot fails as closed."""
+        if taken.cancelled():
+            with self._lock:
+                schedule.abandoned(future)
+            future.set_exception(MaterializerClosedError("the materializer is closed"))
 
     def _checkpoint_dir(self, request: SnapshotRequest) -> str:
         return os.path.join(

@@ -15,6 +15,7 @@ from pyspark_dstl.changelog.storage import (
     ConnectionNeeds,
     FsspecObjectStore,
     MemoryObjectStore,
+    NonAtomicStorageWarning,
     ObjectStore,
     S3ObjectStore,
     StorageOptions,
@@ -40,7 +41,9 @@ def test_a_registered_scheme_opens_the_store_of_its_factory(
 
 def test_a_scheme_fsspec_knows_needs_no_entry(tmp_path: Path) -> None:
     assert "local" not in OBJECT_STORE_FACTORIES
-    assert isinstance(open_storage(f"local://{tmp_path}", ChangelogOptions()), FsspecObjectStore)
+    with pytest.warns(NonAtomicStorageWarning):
+        store = open_storage(f"local://{tmp_path}", ChangelogOptions())
+    assert isinstance(store, FsspecObjectStore)
 
 
 def test_a_scheme_nobody_knows_fails_naming_the_url() -> None:

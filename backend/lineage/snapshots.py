@@ -178,8 +178,7 @@ class SnapshotTracker:
         """Snapshot at this commit boundary if scheduled; a synchronous one is returned.
         `catch_up` holds the commit's engine write if it runs after the commit: a background
         snapshot's checkpoint waits for it, a synchronous one has it applied first."""
-        materializer = self._context.materializer
-        decision = materializer.should_snapshot(
+        decision = self._context.materializer.should_snapshot(
             self._store_id, position.handle.size,
             commits_since_snapshot=self.commits_since_snapshot(position))
         if force:
@@ -191,20 +190,9 @@ class SnapshotTracker:
                                   position.lineage)
         try:
             if decision is not SnapshotDecision.BACKSTOP:
-                ready = None
-                if catch_up is not None:
-                    if engine.LIVE_VIEW:  # the checkpoint thread waits for the write
-                        ready = catch_up.pending
-                    else:  # the view is a copy made now: the write lands first
-                        catch_up.wait()
-                self._start_in_background(engine, request, ready)
+                self._start_in_background(engine, request, _ready_for(engine, catch_up))
                 return None
-            if catch_up is not None:
-                catch_up.wait()
-            with engine.rocksdb_view() as db:
-                future = materializer.snapshot(db, request)
-            self.started += 1
-            handle = future.result()
+            handle = self._snapshot_now(engine, request, catch_up)
         except MaterializerError as exc:
             if force:
                 raise BackendError(f"store {self._store_id!r}: the requested snapshot of "
@@ -213,7 +201,7 @@ class SnapshotTracker:
             log.warning("store %r: snapshot of version %d failed: %s", self._store_id,
                         position.version, exc)
             return None
-        materializer.poll(self._store_id)
+        self._context.materializer.poll(self._store_id)
         verified = self._verified((handle.version, handle.unique_id), handle.manifest_path,
                                   handle)
         if verified is None and force:
@@ -221,6 +209,16 @@ class SnapshotTracker:
                                f"{position.version} is incomplete in storage (the commit "
                                f"itself is durable); see the warning logged")
         return verified
+
+    def _snapshot_now(self, engine: Engine, request: SnapshotRequest,
+                      catch_up: EngineCatchUp | None) -> MaterializedHandle:
+        """A backstop snapshot, on this thread, after the commit's engine write."""
+        if catch_up is not None:
+            catch_up.wait()
+        with engine.rocksdb_view() as db:
+            future = self._context.materializer.snapshot(db, request)
+        self.started += 1
+        return future.result()
 
     def _start_in_background(self, engine: Engine, request: SnapshotRequest,
                              ready: Future[None] | None) -> None:
@@ -265,3 +263,14 @@ def _exists(storage: ChangelogStorage, path: str) -> bool:
         return True
 
     return storage.loop.run(head())
+
+
+def _ready_for(engine: Engine, catch_up: EngineCatchUp | None) -> Future[None] | None:
+    """What a background snapshot's checkpoint waits for: the commit's engine write, when the
+    engine's view is live; a view that is a copy made now needs the write to land first."""
+    if catch_up is None:
+        return None
+    if engine.LIVE_VIEW:
+        return catch_up.pending
+    catch_up.wait()
+    return None

@@ -119,66 +119,92 @@ def svg_plot(plot: Plot, batch_ids: Sequence[int],
         top = max(totals)
     else:
         top = max(x for v in present.values() for x in v if x is not None)
-    top = top or 1.0
-    inner_w, inner_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
-    lo, hi = batch_ids[0], batch_ids[-1]
-    span = max(1, hi - lo)
-    band = inner_w / (span + 1)  # one band per batch id, the point or bar in its middle
-
-    def x_of(batch: int) -> float:
-        return LEFT + (batch - lo + 0.5) * band
-
-    def y_of(value: float) -> float:
-        return TOP + inner_h - value / top * inner_h
-
+    frame = _Frame(batch_ids, top or 1.0)
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="plot" width="{WIDTH}" '
              f'height="{HEIGHT + 20 * len(present)}" role="img" '
-             f'aria-label="{html.escape(plot.title)}">',
-             f'<line x1="{LEFT}" y1="{TOP + inner_h}" x2="{LEFT + inner_w}" '
-             f'y2="{TOP + inner_h}" stroke="#444"/>',
-             f'<line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{TOP + inner_h}" stroke="#444"/>']
-    for fraction in (0.0, 0.5, 1.0):
-        y = y_of(top * fraction)
-        parts.append(f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end" '
-                     f'class="tick">{html.escape(_fmt(top * fraction, plot.unit))}</text>')
-        if fraction:
-            parts.append(f'<line x1="{LEFT}" y1="{y:.1f}" x2="{LEFT + inner_w}" y2="{y:.1f}" '
-                         f'stroke="#ddd"/>')
-    ticks = batch_ids if len(batch_ids) <= 12 else sorted({lo, hi, lo + span // 2})
-    for batch in ticks:
-        parts.append(f'<text x="{x_of(batch):.1f}" y="{TOP + inner_h + 16}" '
-                     f'text-anchor="middle" class="tick">{batch}</text>')
-    parts.append(f'<text x="{LEFT + inner_w / 2}" y="{TOP + inner_h + 32}" '
-                 f'text-anchor="middle" class="tick">batch</text>')
-    bar = max(1.0, min(band * 0.7, 40.0))
+             f'aria-label="{html.escape(plot.title)}">', *_axes(frame, plot.unit)]
     base = [0.0] * len(batch_ids)
     for index, (label, values) in enumerate(present.items()):
         color = COLORS[index % len(COLORS)]
         if plot.stacked:
-            for i, (batch, value) in enumerate(zip(batch_ids, values, strict=True)):
-                if not value:
-                    continue
-                y_top, y_bottom = y_of(base[i] + value), y_of(base[i])
-                parts.append(f'<rect x="{x_of(batch) - bar / 2:.1f}" y="{y_top:.1f}" '
-                             f'width="{bar:.1f}" height="{y_bottom - y_top:.1f}" '
-                             f'fill="{color}"><title>batch {batch}: {label} '
-                             f'{value:g}</title></rect>')
-                base[i] += value
+            parts += _stacked_bars(frame, label, values, color, base)
         else:
-            points = [(x_of(b), y_of(v), b, v) for b, v in zip(batch_ids, values, strict=True)
-                      if v is not None]
-            path = " ".join(f"{x:.1f},{y:.1f}" for x, y, _, _ in points)
-            parts.append(f'<polyline points="{path}" fill="none" stroke="{color}" '
-                         f'stroke-width="2"/>')
-            parts += [f'<circle cx="{x:.1f}" cy="{y:.1f}" r="2.5" fill="{color}"><title>batch '
-                      f'{b}: {html.escape(label)} {html.escape(_fmt(v, plot.unit))}</title>'
-                      f'</circle>' for x, y, b, v in points]
+            parts += _line(frame, label, values, color, plot.unit)
         legend_y = HEIGHT + 20 * index + 4
         parts.append(f'<rect x="{LEFT}" y="{legend_y}" width="12" height="12" '
                      f'fill="{color}"/><text x="{LEFT + 18}" y="{legend_y + 11}" '
                      f'class="legend">{html.escape(label)}</text>')
     parts.append("</svg>")
     return "".join(parts)
+
+
+class _Frame:
+    """Where a batch and a value land in the plot: one band per batch id, y from 0 to top."""
+
+    def __init__(self, batch_ids: Sequence[int], top: float) -> None:
+        self.batch_ids = batch_ids
+        self.top = top
+        self.inner_w, self.inner_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+        self.lo, self.hi = batch_ids[0], batch_ids[-1]
+        self.span = max(1, self.hi - self.lo)
+        self.band = self.inner_w / (self.span + 1)  # the point or bar in the band's middle
+
+    def x_of(self, batch: int) -> float:
+        return LEFT + (batch - self.lo + 0.5) * self.band
+
+    def y_of(self, value: float) -> float:
+        return TOP + self.inner_h - value / self.top * self.inner_h
+
+
+def _axes(frame: _Frame, unit: str) -> list[str]:
+    """Both axes, three value ticks with grid lines, and batch ticks."""
+    bottom, right = TOP + frame.inner_h, LEFT + frame.inner_w
+    parts = [f'<line x1="{LEFT}" y1="{bottom}" x2="{right}" y2="{bottom}" stroke="#444"/>',
+             f'<line x1="{LEFT}" y1="{TOP}" x2="{LEFT}" y2="{bottom}" stroke="#444"/>']
+    for fraction in (0.0, 0.5, 1.0):
+        y = frame.y_of(frame.top * fraction)
+        parts.append(f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end" '
+                     f'class="tick">{html.escape(_fmt(frame.top * fraction, unit))}</text>')
+        if fraction:
+            parts.append(f'<line x1="{LEFT}" y1="{y:.1f}" x2="{right}" y2="{y:.1f}" '
+                         f'stroke="#ddd"/>')
+    ticks = (frame.batch_ids if len(frame.batch_ids) <= 12
+             else sorted({frame.lo, frame.hi, frame.lo + frame.span // 2}))
+    for batch in ticks:
+        parts.append(f'<text x="{frame.x_of(batch):.1f}" y="{bottom + 16}" '
+                     f'text-anchor="middle" class="tick">{batch}</text>')
+    parts.append(f'<text x="{LEFT + frame.inner_w / 2}" y="{bottom + 32}" '
+                 f'text-anchor="middle" class="tick">batch</text>')
+    return parts
+
+
+def _stacked_bars(frame: _Frame, label: str, values: Sequence[float | None], color: str,
+                  base: list[float]) -> list[str]:
+    """One series' bars, stacked on `base` (which it raises)."""
+    bar = max(1.0, min(frame.band * 0.7, 40.0))
+    parts = []
+    for i, (batch, value) in enumerate(zip(frame.batch_ids, values, strict=True)):
+        if not value:
+            continue
+        y_top, y_bottom = frame.y_of(base[i] + value), frame.y_of(base[i])
+        parts.append(f'<rect x="{frame.x_of(batch) - bar / 2:.1f}" y="{y_top:.1f}" '
+                     f'width="{bar:.1f}" height="{y_bottom - y_top:.1f}" '
+                     f'fill="{color}"><title>batch {batch}: {label} '
+                     f'{value:g}</title></rect>')
+        base[i] += value
+    return parts
+
+
+def _line(frame: _Frame, label: str, values: Sequence[float | None], color: str,
+          unit: str) -> list[str]:
+    """One series as a line with a point (and its value as a tooltip) per recorded batch."""
+    points = [(frame.x_of(b), frame.y_of(v), b, v)
+              for b, v in zip(frame.batch_ids, values, strict=True) if v is not None]
+    path = " ".join(f"{x:.1f},{y:.1f}" for x, y, _, _ in points)
+    return [f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2"/>',
+            *(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="2.5" fill="{color}"><title>batch '
+              f'{b}: {html.escape(label)} {html.escape(_fmt(v, unit))}</title></circle>'
+              for x, y, b, v in points)]
 
 
 STYLE = """

@@ -273,12 +273,10 @@ class StatefulOperator:
     def execute(self, df: Any, batch_id: int, base: BatchBase | None = None) -> StageResult:
         """Run the stateful stage once; nothing is committed to the commit log yet."""
         from pyspark.sql import functions as F
-        from pyspark.sql.pandas.types import to_arrow_schema
 
         started = time.monotonic()
         base = base if base is not None else self.base_for(batch_id)
         spark = df.sparkSession
-        mode = self.conf.query.output_mode
         n = self.num_partitions(base, spark)
         keys = [F.col(name) for name in self.spec.key_columns]
         source = df
@@ -287,8 +285,33 @@ class StatefulOperator:
         keyed = (source.withColumn(PARTITION_COLUMN, F.pmod(F.hash(*keys), F.lit(n)))
                  .repartition(n, *keys))
         clock = BatchClock.for_batch(self.spec.time, base.entry, self._batch_time(base, batch_id))
-        zone = spark.conf.get("spark.sql.session.timeZone")  # how Arrow carries timestamps
-        plan = TaskPlan(
+        plan = self._task_plan(keyed, batch_id, n, base, clock)
+        task = functools.partial(stateful_task, plan, self.spec.processor)
+        stage = _run_stage(keyed.mapInArrow(task, _result_struct(self.spec.output_schema)),
+                           self.conf.query.output_mode)
+        reports = _reports_of(stage.metas, batch_id)
+        output, staged = stage.output, None
+        if plan.output_files and output is not None:
+            parts = tuple(r.output for _, r in sorted(reports.items()) if r.output is not None)
+            staged = StagedOutput(self.checkpoint, plan.settings, plan.output_schema, parts,
+                                  output)
+            output = None
+        result = StageResult(batch_id, base, n, output, reports, time.monotonic() - started,
+                             stage.cached, clock, staged, stage.driver_bytes)
+        try:
+            self.validate(result)
+        except CommitValidationError:
+            self.release(result)
+            raise
+        return result
+
+    def _task_plan(self, keyed: Any, batch_id: int, n: int, base: BatchBase,
+                   clock: BatchClock) -> TaskPlan:
+        """What every task of the batch gets: plain data, shipped inside the task closure."""
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        zone = keyed.sparkSession.conf.get("spark.sql.session.timeZone")  # Arrow's timestamps
+        return TaskPlan(
             checkpoint=self.checkpoint, operator=self.spec.name, num_partitions=n,
             batch_id=batch_id, now_ms=clock.now_ms,
             key_columns=self.spec.key_columns, settings=self.conf.backend_settings,
@@ -297,49 +320,9 @@ class StatefulOperator:
             bases={p: info.to_dict() for p, info in base.infos(self.spec.name).items()},
             time_mode=clock.mode, watermark_ms=clock.watermark_ms,
             event_time_column=self.spec.time.event_time_column,
-            late_threshold_ms=clock.late_threshold_ms, output_files=mode == "files",
+            late_threshold_ms=clock.late_threshold_ms,
+            output_files=self.conf.query.output_mode == "files",
             inline_bytes=self.conf.query.output_inline_bytes)
-        result_schema = _result_struct(self.spec.output_schema)
-        task = functools.partial(stateful_task, plan, self.spec.processor)
-        mapped = keyed.mapInArrow(task, result_schema)
-        output: pa.Table | None = None
-        output_df: Any = None
-        driver_bytes = 0
-        if mode in ("collect", "files"):
-            with stage_errors(), without_adaptive_execution(spark):
-                table = mapped.toArrow()
-            driver_bytes = table.nbytes
-            meta_mask = pc.is_valid(table.column(META_COLUMN))
-            metas = table.filter(meta_mask).column(META_COLUMN).to_pylist()
-            output = table.filter(pc.invert(meta_mask)).drop_columns([META_COLUMN])
-        else:  # "cache": the first action fills the cache; the sink reads from it
-            from pyspark import StorageLevel
-
-            output_df = mapped.persist(StorageLevel.MEMORY_AND_DISK)
-            with stage_errors(), without_adaptive_execution(spark):
-                metas = [row[0] for row in output_df.where(F.col(META_COLUMN).isNotNull())
-                         .select(META_COLUMN).collect()]
-        reports: dict[int, TaskReport] = {}
-        for text in metas:
-            report = TaskReport.from_json(text, batch_id)
-            if report.partition in reports:
-                raise CommitValidationError(f"batch {batch_id}: two results for state "
-                                            f"partition {report.partition}")
-            reports[report.partition] = report
-        staged = None
-        if plan.output_files and output is not None:
-            parts = tuple(r.output for _, r in sorted(reports.items()) if r.output is not None)
-            staged = StagedOutput(self.checkpoint, plan.settings, plan.output_schema, parts,
-                                  output)
-            output = None
-        result = StageResult(batch_id, base, n, output, reports,
-                             time.monotonic() - started, output_df, clock, staged, driver_bytes)
-        try:
-            self.validate(result)
-        except CommitValidationError:
-            self.release(result)
-            raise
-        return result
 
     def release(self, result: StageResult) -> None:
         """Let go of a batch's output once the batch is done (committed or given up): the
@@ -485,6 +468,50 @@ class StatefulOperator:
             cleanup_deleted_files=deleted,
             watermark_ms=result.clock.watermark_ms if result.clock is not None else -1,
             driver_bytes=result.driver_bytes)
+
+
+@dataclass
+class _Stage:
+    """What the stage's one action brought back: the meta rows' reports (JSON), and the
+    output as Arrow on the driver ("collect", "files") or the persisted result ("cache")."""
+
+    metas: list[str]
+    output: pa.Table | None = None
+    cached: Any = None
+    driver_bytes: int = 0
+
+
+def _run_stage(mapped: Any, mode: str) -> _Stage:
+    """The stage's one action (so no later action can recompute it and commit again)."""
+    from pyspark.sql import functions as F
+
+    spark = mapped.sparkSession
+    if mode in ("collect", "files"):
+        with stage_errors(), without_adaptive_execution(spark):
+            table = mapped.toArrow()
+        meta_mask = pc.is_valid(table.column(META_COLUMN))
+        metas = table.filter(meta_mask).column(META_COLUMN).to_pylist()
+        output = table.filter(pc.invert(meta_mask)).drop_columns([META_COLUMN])
+        return _Stage(metas, output=output, driver_bytes=table.nbytes)
+    from pyspark import StorageLevel  # "cache": the first action fills the cache
+
+    cached = mapped.persist(StorageLevel.MEMORY_AND_DISK)
+    with stage_errors(), without_adaptive_execution(spark):
+        metas = [row[0] for row in cached.where(F.col(META_COLUMN).isNotNull())
+                 .select(META_COLUMN).collect()]
+    return _Stage(metas, cached=cached)
+
+
+def _reports_of(metas: list[str], batch_id: int) -> dict[int, TaskReport]:
+    """One report per state partition; two for one partition is an error."""
+    reports: dict[int, TaskReport] = {}
+    for text in metas:
+        report = TaskReport.from_json(text, batch_id)
+        if report.partition in reports:
+            raise CommitValidationError(f"batch {batch_id}: two results for state "
+                                        f"partition {report.partition}")
+        reports[report.partition] = report
+    return reports
 
 
 def _result_struct(output_schema: Any) -> Any:
