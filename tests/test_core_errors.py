@@ -35,3 +35,22 @@ def test_every_error_the_facade_exports_derives_from_the_one_root() -> None:
     assert len(exported) >= 12
     assert all(issubclass(error, pyspark_dstl.DstlError) for error in [*exported,
                                                                          KillPointError])
+
+
+def test_every_error_class_the_library_defines_is_exported_from_the_facade() -> None:
+    import importlib
+    import inspect
+    import pkgutil
+
+    import pyspark_dstl
+
+    defined = set()
+    for module_info in pkgutil.walk_packages(pyspark_dstl.__path__, "pyspark_dstl."):
+        if module_info.name.endswith((".__main__", ".cli")):
+            continue  # entry points (importing __main__ runs the tool); they define no error
+        module = importlib.import_module(module_info.name)
+        defined |= {name for name, value in vars(module).items()
+                    if inspect.isclass(value) and issubclass(value, pyspark_dstl.DstlError)
+                    and value.__module__ == module.__name__}
+    assert len(defined) >= 60
+    assert sorted(name for name in defined if not hasattr(pyspark_dstl, name)) == []
