@@ -69,7 +69,8 @@ def _open_file(url: str, parts: SplitResult, storage: StorageOptions,
                needs: ConnectionNeeds) -> ObjectStore:
     if parts.netloc not in ("", "localhost"):
         raise UnsupportedStorageError(
-            f"storage URL {url!r}: file URLs naming another host are not supported")
+            f"storage URL {url!r}: file URLs naming another host are not supported; write "
+            f"file:///path (three slashes) for a local path, or use s3:// for shared storage")
     return LocalObjectStore(_local_path(url, unquote(parts.path)))
 
 
@@ -79,7 +80,8 @@ def _local_path(url: str, path: str) -> str:
     parts = path.replace(os.sep, "/").rstrip("/").split("/")
     inner = parts[1:] if parts and parts[0] == "" else parts
     if ".." in parts or "" in inner:
-        raise UnsupportedStorageError(f"storage URL {url!r}: invalid path: a '..' or empty part")
+        raise UnsupportedStorageError(f"storage URL {url!r}: invalid path: a '..' or empty "
+                                      f"part; write the absolute path without them")
     return path
 
 
@@ -96,7 +98,8 @@ def _open_s3(url: str, parts: SplitResult, storage: StorageOptions,
 def _named(url: str, parts: SplitResult, make: Callable[[str, str], ObjectStore]) -> ObjectStore:
     """A store named after '//' (bucket, memory space) with an optional path prefix."""
     if not parts.netloc:
-        raise UnsupportedStorageError(f"storage URL {url!r}: missing the name after '//'")
+        raise UnsupportedStorageError(f"storage URL {url!r}: missing the name after '//'; write "
+                                      f"{parts.scheme}://<bucket>/<prefix>")
     try:
         return make(parts.netloc, parts.path.strip("/"))
     except StorageError as exc:
@@ -110,12 +113,14 @@ def _open_fsspec(url: str, parts: SplitResult, storage: StorageOptions,
         fsspec.get_filesystem_class(scheme)
     except (ValueError, ImportError) as exc:
         raise UnsupportedStorageError(
-            f"storage URL {url!r}: unsupported scheme {scheme!r} ({exc})") from exc
+            f"storage URL {url!r}: unsupported scheme {scheme!r}; use file:// or s3://, or "
+            f"install the fsspec package for {scheme!r} ({exc})") from exc
     try:
         fs, root = fsspec.core.url_to_fs(url)
     except Exception as exc:
         raise UnsupportedStorageError(
-            f"storage URL {url!r}: cannot open the {scheme!r} file system: {exc}") from exc
+            f"storage URL {url!r}: cannot open the {scheme!r} file system ({exc}); check the "
+            f"URL and that package's credentials and settings") from exc
     return FsspecObjectStore(fs, root, url)
 
 

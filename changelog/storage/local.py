@@ -73,7 +73,8 @@ class LocalObjectStore(ObjectStore):
             parent.mkdir(parents=True, exist_ok=True)
         except (FileExistsError, NotADirectoryError) as exc:
             raise PermanentStorageError(
-                f"cannot create {self.url_of(path)!r}: a parent of it is a file", path) from exc
+                f"cannot create {self.url_of(path)!r}: a parent of it is a file; move that "
+                f"file away or choose another checkpoint location", path) from exc
         temp = parent / f"{TEMP_PREFIX}{uuid.uuid4().hex}"
         try:
             with open(temp, "xb") as handle:
@@ -89,7 +90,9 @@ class LocalObjectStore(ObjectStore):
                 if exc.errno in _NO_LINK_ERRNOS:
                     raise UnsupportedStorageError(
                         f"cannot create {self.url_of(path)!r}: the file system does not support "
-                        "hard links, which create-only writes need", path) from exc
+                        "hard links, which create-only writes need; put the checkpoint on a "
+                        "local file system that has them (ext4, xfs, apfs) or on s3://", path
+                    ) from exc
                 raise
         finally:
             temp.unlink(missing_ok=True)
