@@ -87,6 +87,7 @@ _LAZY_NAMES = {
     "StatefulStreamWriter": "pyspark_dstl.backend.spark.dropin.writer",
     "StatefulTaskError": "pyspark_dstl.backend.spark",
     "StateStoreClosedError": "pyspark_dstl.backend.errors",
+    "StaleInstallWarning": "pyspark_dstl.backend.spark.sources.discovery",
     "StateVariableError": "pyspark_dstl.backend.spark.errors",
     "StorageError": "pyspark_dstl.changelog.errors",
     "StoreIdError": "pyspark_dstl.backend.errors",

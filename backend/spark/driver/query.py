@@ -25,6 +25,7 @@ from pyspark_dstl.backend.spark.session import (
     no_data_batches,
     python_sources_allowed,
 )
+from pyspark_dstl.backend.spark.sources.discovery import warn_if_undiscoverable
 from pyspark_dstl.backend.spark.time.clock import TimeSpec
 from pyspark_dstl.backend.spark.time.query_time import time_spec
 from pyspark_dstl.backend.spark.time.ticks import default_demand_file, tick_stream
@@ -192,6 +193,7 @@ class StatefulStream:
         local checkpoint."""
         from pyspark_dstl.backend.spark.sources.state_reader import register_state_reader
 
+        warn_if_undiscoverable()
         if trigger is not None and not isinstance(trigger, Mapping):
             raise ConfigError(f"trigger={trigger!r}: give DataStreamWriter.trigger's keywords as "
                               f"a dict, e.g. trigger={{'processingTime': {str(trigger)!r}}} or "

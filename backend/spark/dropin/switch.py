@@ -19,6 +19,7 @@ from typing import Any
 
 from pyspark_dstl.backend.spark.dropin.frame import StatefulDataFrame
 from pyspark_dstl.backend.spark.errors import DropInUsageError
+from pyspark_dstl.backend.spark.sources.discovery import warn_if_undiscoverable
 
 ENTRY_POINTS = ("transformWithStateInPandas", "transformWithState")
 ROWS_AS = {"transformWithStateInPandas": "pandas", "transformWithState": "rows"}
@@ -34,6 +35,7 @@ _replaced: dict[tuple[type, str], Any] = {}
 
 def install() -> None:
     """Route PySpark's transformWithState calls on streaming DataFrames to this backend."""
+    warn_if_undiscoverable()
     with _lock:
         for cls in _grouped_data_classes():
             for name in ENTRY_POINTS:
