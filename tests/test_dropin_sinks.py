@@ -81,7 +81,7 @@ def test_the_parquet_sink_writes_sparks_sink_log_and_a_restart_continues_the_sta
         dropin: Any, tmp_path: Path) -> None:
     output, checkpoint = str(tmp_path / "out"), str(tmp_path / "ckpt")
     writer = (counts_over(dropin, tmp_path / "in", FIRST, SECOND).writeStream.format("parquet")
-              .option("checkpointLocation", checkpoint).outputMode("update"))
+              .option("checkpointLocation", checkpoint).outputMode("append"))
     query = writer.start(output)
     query.processAllAvailable()
     query.stop()
@@ -182,6 +182,16 @@ def test_complete_mode_and_a_continuous_trigger_are_refused_by_name(dropin: Any,
         writer.trigger(continuous="1 second")
     with pytest.raises(DropInUsageError, match=r"exactly one"):
         writer.trigger(processingTime="1 second", availableNow=True)
+
+
+def test_a_file_sink_in_update_mode_is_refused_as_spark_refuses_it(dropin: Any,
+                                                                  tmp_path: Path) -> None:
+    writer = (counts_over(dropin, tmp_path / "in", FIRST).writeStream.format("parquet")
+              .option("checkpointLocation", str(tmp_path / "ckpt")).outputMode("update"))
+    with pytest.raises(DropInUsageError, match=r"^format\('parquet'\) with outputMode\('update'\): "
+                                               r"a file sink only appends"):
+        writer.start(str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_checkpoint_url_with_one_slash_is_refused_before_anything_is_written(

@@ -27,7 +27,7 @@ def main(argv: list[str]) -> None:
     counts = (input_stream(spark, inputs, USERS).groupBy("user")
               .transformWithStateInPandas(RunningCountPandas(), "user string, count long",
                                           "Update", "None"))
-    query = (counts.writeStream.format(file_format).outputMode("update")
+    query = (counts.writeStream.format(file_format).outputMode("append")
              .option("checkpointLocation", checkpoint).trigger(availableNow=True)
              .start(output))
     query.awaitTermination()

@@ -219,6 +219,11 @@ class StatefulStreamWriter:
             if path is None:
                 raise DropInUsageError(f"format({kind!r}).start(): the file sink needs a path; "
                                        f"pass start(path) or option('path', ...)")
+            if self._mode == "update":
+                raise DropInUsageError(
+                    f"format({kind!r}) with outputMode('update'): a file sink only appends, in "
+                    f"Spark too (files once written are never changed); use outputMode('append'), "
+                    f"or write updates with foreachBatch or a table format that merges")
             if is_connect(spark):
                 raise DropInUsageError(
                     f"format({kind!r}) on Spark Connect: the exactly-once file sink needs the "
