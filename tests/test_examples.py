@@ -14,6 +14,7 @@ from tests.support.spark import prepare_environment
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+MainJobRun = tuple[Path, subprocess.CompletedProcess[str]]  # work directory, the finished run
 
 
 def run_example(name: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -25,15 +26,23 @@ def run_example(name: str, tmp_path: Path, *args: str) -> subprocess.CompletedPr
     return done
 
 
-def test_main_job_closes_silent_sessions_and_its_self_checks_pass(tmp_path: Path) -> None:
-    out = run_example("main_job.py", tmp_path, "--files", "4", "--events", "1000").stdout
+@pytest.fixture(scope="module")
+def main_job(tmp_path_factory: pytest.TempPathFactory) -> MainJobRun:
+    """One run of the README's main job, read by the tests below."""
+    tmp_path = tmp_path_factory.mktemp("main_job")
+    return tmp_path, run_example("main_job.py", tmp_path, "--files", "4", "--events", "1000")
+
+
+def test_main_job_closes_silent_sessions_and_its_self_checks_pass(
+        main_job: MainJobRun) -> None:
+    out = main_job[1].stdout
     checks = [line for line in out.splitlines() if line.startswith(("ok ", "MISMATCH"))]
     assert len(checks) >= 3 and all(line.startswith("ok ") for line in checks), out[-2000:]
 
 
 def test_main_job_keeps_its_table_readable_and_logs_json_lines_to_a_file(
-        tmp_path: Path) -> None:
-    done = run_example("main_job.py", tmp_path, "--files", "2", "--events", "200")
+        main_job: MainJobRun) -> None:
+    tmp_path, done = main_job
     assert '"event": "dstl.batch"' not in done.stdout + done.stderr
     lines = (tmp_path / "work" / "progress.jsonl").read_text().splitlines()
     batches = [json.loads(line)["batch_id"] for line in lines]
