@@ -78,3 +78,14 @@ def test_anchors_follow_githubs_rule_for_code_and_punctuation() -> None:
     assert slug("Object storage: S3 (`spark.dstl.changelog.s3.*`)") == (
         "object-storage-s3-sparkdstlchangelogs3")
     assert slug("In Spark's progress reports") == "in-sparks-progress-reports"
+
+
+def first_python_block(page: Path) -> str:
+    return page.read_text(encoding="utf-8").split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_getting_started_shows_the_readme_query_that_test_examples_runs() -> None:
+    """The drop-in example of docs/getting-started.md is the README's, which
+    tests/test_examples.py runs as written; a copy that drifted would be untested."""
+    assert first_python_block(REPO_ROOT / "docs" / "getting-started.md") == (
+        first_python_block(REPO_ROOT / "README.md"))
