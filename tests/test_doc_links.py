@@ -1,5 +1,6 @@
-"""Every relative link between the README, CONTRIBUTING.md and docs/ reaches a file and, when it
-names one, a heading of that file (GitHub's anchors), so moving a section cannot strand a link."""
+"""The pages hold together: every relative link between the README, CONTRIBUTING.md and docs/
+reaches a file and, when it names one, a heading of that file (GitHub's anchors), so moving a
+section cannot strand a link; an example shown on two pages is the same on both."""
 
 from __future__ import annotations
 
