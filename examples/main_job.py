@@ -288,7 +288,7 @@ def run(args: argparse.Namespace, checkpoint: str, conf: dict[str, str],
         summarize(stream.progress, time.monotonic() - started, generated.events)
     else:  # Spark Connect: foreachBatch, hence BatchProgress, lives in the server's process
         print(f"{len(query.recentProgress)} progress reports from Spark (BatchProgress stays "
-              f"on the Connect server; see docs/spark.md)")
+              f"on the Connect server; see docs/deploying.md)")
     ok = check(spark, args, checkpoint, conf, generated, stream, sink_dir)
     spark.stop()
     return 0 if ok else 1

@@ -2,7 +2,7 @@
 
 The same dict is logged per batch, recorded in the commit entry (`extra["metrics"]`), shown to
 Spark as observed metrics and plotted by the report page, so every consumer sees one set of
-names (docs/spark.md lists them). Plain Python: the report tool reads it without pyspark.
+names (docs/metrics.md lists them). Plain Python: the report tool reads it without pyspark.
 
 Task statistics are folded generically: every numeric top-level entry of a task's stats is
 summed over the tasks, except durations (names ending in `_seconds`), whose maximum is kept

@@ -74,7 +74,7 @@ GROUPS = (
           "A run holds its checkpoint through an epoch and a lease renewed in the background; "
           "see [operations.md](operations.md) for takeover."),
     Group("Streaming query (`spark.dstl.query.*`)", QueryOptions,
-          "Read on the driver only; see [spark.md](spark.md) for how a query uses them."),
+          "Read on the driver only; see [api.md](api.md#configuration) for how a query uses them."),
 )
 
 

@@ -2,7 +2,7 @@
 
 Everything comes from the checkpoint's own commit entries: the CheckpointInfo of every store
 (changelog bytes, snapshots) and, for entries written since the metrics were recorded, the
-batch's metrics (`extra["metrics"]`, the names of docs/spark.md). Plots are inline SVG drawn
+batch's metrics (`extra["metrics"]`, the names of docs/metrics.md). Plots are inline SVG drawn
 here, with no script and nothing fetched, so the page opens anywhere, offline.
 """
 

@@ -5,7 +5,8 @@ partition: the new checkpoint and the task's statistics) to the driver, so no la
 recompute it and commit a second time. The output rows reach the sink by `outputMode`: "files"
 (each task wrote them once to a file named after its commit; the sink reads exactly the files
 of the validated attempts), "collect" (collected with the meta rows, so a batch's output must
-fit in the driver's memory) or "cache" (persisted on the executors). See docs/spark.md.
+fit in the driver's memory) or "cache" (persisted on the executors). See docs/api.md, "Output
+modes".
 """
 
 from __future__ import annotations
@@ -141,7 +142,7 @@ class BatchProgress:
     """What one batch did; `StatefulQuery.progress` keeps these, the examples print them.
 
     The driver's own timings are fields; everything the tasks did is read from `metrics`, the
-    same numbers the commit entry records and Spark's progress shows (docs/spark.md)."""
+    same numbers the commit entry records and Spark's progress shows (docs/metrics.md)."""
 
     batch_id: int
     commit_path: str

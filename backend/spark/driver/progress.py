@@ -8,7 +8,7 @@ the batch's input, and Spark takes a progress report's observed metrics from row
 through the streaming plan itself. So the query's plan gets one more branch: a static
 "dstl-progress" relation (`sources/progress.py`) that yields the metrics of the newest
 committed batch, observed as `OBSERVATION`. It is read when a batch starts, so the observed
-metrics of batch N describe batch N-1 (their `batch_id` says which); docs/spark.md explains
+metrics of batch N describe batch N-1 (their `batch_id` says which); docs/metrics.md explains
 why no earlier point exists.
 """
 
