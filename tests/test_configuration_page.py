@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from pyspark_dstl.backend.ops.configuration_page import COMMAND, main, render
 from pyspark_dstl.backend.options import BackendOptions
 from pyspark_dstl.backend.spark.options import QueryOptions
+from pyspark_dstl.configuration_page import COMMAND, main, render
 from pyspark_dstl.core.options import Options, env_name, subsections, walk_settings
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"

@@ -1,7 +1,7 @@
 """docs/configuration.md, written from the option declarations so the page cannot drift.
 
-    python -m pyspark_dstl.backend.ops.configuration_page            # rewrite docs/configuration.md
-    python -m pyspark_dstl.backend.ops.configuration_page --check    # exit 1 when the page is stale
+    python -m pyspark_dstl.configuration_page            # rewrite docs/configuration.md
+    python -m pyspark_dstl.configuration_page --check    # exit 1 when the page is stale
 
 It lives in the backend because it is the one package that sees every options class.
 """
@@ -21,7 +21,7 @@ from pyspark_dstl.changelog.storage.options import StorageOptions
 from pyspark_dstl.core.options import Options, markdown_table
 from pyspark_dstl.materializer.options import MaterializerOptions
 
-COMMAND = "python -m pyspark_dstl.backend.ops.configuration_page"
+COMMAND = "python -m pyspark_dstl.configuration_page"
 DEFAULT_PATH = "docs/configuration.md"
 
 INTRO = f"""\
