@@ -11,6 +11,7 @@ query starts, and warns with what it found and the fix.
 from __future__ import annotations
 
 import pkgutil
+import sys
 import warnings
 from pathlib import Path
 
@@ -24,9 +25,7 @@ class StaleInstallWarning(UserWarning):
 
 def discovery_problem() -> str | None:
     """What is wrong with how PySpark finds the `dstl-state` source, or None."""
-    import pyspark_dstl
-
-    running = Path(pyspark_dstl.__file__).resolve()
+    running = Path(str(sys.modules[PACKAGE].__file__)).resolve()  # this module's top package
     listed = [Path(info.module_finder.path) / PACKAGE / "__init__.py"
               for info in pkgutil.iter_modules()
               if info.name == PACKAGE and hasattr(info.module_finder, "path")]
