@@ -45,6 +45,7 @@ _SPARK_NAMES = {
     "StateEncodingError": "pyspark_dstl.backend.spark.errors",
     "StateDecodingError": "pyspark_dstl.backend.spark.errors",
     "StateVariableError": "pyspark_dstl.backend.spark.errors",
+    "StateSchemaError": "pyspark_dstl.backend.spark.errors",
     "PartitionCountError": "pyspark_dstl.backend.spark.errors",
     "CommitValidationError": "pyspark_dstl.backend.spark.errors",
     "OutputSchemaError": "pyspark_dstl.backend.spark.errors",
