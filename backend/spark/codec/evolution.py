@@ -247,7 +247,9 @@ class VersionedRowCodec(RowCodec):
         return msgpack.ExtType(SCHEMA_EXT_CODE, self._prefix + msgpack.packb(
             fields, use_bin_type=True))
 
-    def decode(self, stored: Any) -> tuple[Any, ...]:
+    def current_fields(self, stored: Any) -> tuple[int, Any]:
+        """(the id a stored value was written with, its fields in the current schema's stored
+        form)."""
         schema_id, fields = untag(stored, self.what)
         if schema_id != self.schema_id:
             if schema_id not in self._projectors:
@@ -259,4 +261,7 @@ class VersionedRowCodec(RowCodec):
             project = self._projectors[schema_id]
             if project is not None:
                 fields = project(fields)
-        return super().decode(fields)
+        return schema_id, fields
+
+    def decode(self, stored: Any) -> tuple[Any, ...]:
+        return super().decode(self.current_fields(stored)[1])
