@@ -169,9 +169,9 @@ def chain_of(records: Mapping[int, SchemaRecord], schema_id: int, where: str) ->
         seen.add(step)
         record = records.get(step)
         if record is None:
-            raise StateSchemaError(f"state schema record {step} under {where} is missing, but "
-                                   f"the committed state refers to it (through schema id "
-                                   f"{schema_id}); restore the file from a backup")
+            raise StateSchemaError(f"state schema record {where + str(step) + '.json'!r} is "
+                                   f"missing, but the committed state refers to it (through "
+                                   f"schema id {schema_id}); restore the file from a backup")
         step = record.base
     return SchemaHistory(schema_id, {i: records[i] for i in seen})
 
