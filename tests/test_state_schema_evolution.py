@@ -48,6 +48,11 @@ ROWS_AS = ["rows", "pandas"]
 Seen = dict[int, dict[str, Any]]
 
 
+def with_extra(v: int) -> tuple[Any, Any, Any]:
+    """What a release whose value has a third field writes."""
+    return (v, f"name-{v}", None), (v,), (v,)
+
+
 def frame(**sums: int) -> pd.DataFrame:
     return pd.DataFrame({"user": list(sums), "v": pd.array(list(sums.values()), dtype="int64")})
 
@@ -301,8 +306,9 @@ def test_a_checkpoint_without_schema_ids_records_id_0_at_its_first_start_and_evo
     assert batch_schema_ids(tmp_path)[1] == {"stateful": 0}
 
     write_inputs(tmp_path / "in", [frame(b=5)], start=2)
-    seen = run_release(spark, tmp_path, release("Legacy2", "rows",
-                                                VALUE="name string, id bigint, extra string"))
+    seen = run_release(spark, tmp_path, release(
+        "Legacy2", "rows", VALUE="name string, id bigint, extra string",
+        make=lambda v: ((f"name-{v}", v, None), (v,), (v,))))
     assert seen[2]["b"] == {"value": ["name-2", 2, None], "items": [[2]],
                             "map": [[["k2"], [2]]]}
     assert sorted(records_of(tmp_path)) == [0, 1]
@@ -332,7 +338,8 @@ def test_a_kill_right_after_a_schema_record_leaves_the_committed_chain_exact(
         spark: Any, tmp_path: Path) -> None:
     write_inputs(tmp_path / "in", [frame(a=1)])
     run_release(spark, tmp_path, release("Crash1", "rows"))
-    recorded = release("Crash2", "rows", VALUE="id int, name string, extra bigint")
+    recorded = release("Crash2", "rows", VALUE="id int, name string, extra bigint",
+                       make=with_extra)
     child = subprocess.run(
         [sys.executable, "-c", CHILD, (tmp_path / "ckpt").as_uri(),
          json.dumps(declarations_of(spark, tmp_path, recorded))],
@@ -343,7 +350,7 @@ def test_a_kill_right_after_a_schema_record_leaves_the_committed_chain_exact(
     assert batch_schema_ids(tmp_path) == {0: {"stateful": 0}}  # nothing committed on id 1
     # a release whose "extra" could not read id 1's values: id 1 is not in the chain
     write_inputs(tmp_path / "in", [frame(a=10)], start=1)
-    seen = run_release(spark, tmp_path, release("Crash3", "rows",
+    seen = run_release(spark, tmp_path, release("Crash3", "rows", make=with_extra,
                                                 VALUE="id int, name string, extra string"))
     assert seen[1]["a"]["value"] == [1, "name-1", None]
     records = records_of(tmp_path)
@@ -360,14 +367,14 @@ def test_a_batch_that_wrote_values_with_a_new_id_but_never_committed_leaves_no_t
     def failing_sink(df: Any, batch_id: int) -> None:
         raise RuntimeError("the sink fails after the stores committed")
 
-    stream = stream_of(spark, tmp_path, release("Fail2", "rows",
+    stream = stream_of(spark, tmp_path, release("Fail2", "rows", make=with_extra,
                                                 VALUE="id int, name string, extra bigint"),
                        "rows")
     query = stream.foreach_batch(failing_sink).start(trigger={"availableNow": True})
     with pytest.raises(Exception, match="the sink fails"):
         query.awaitTermination()
     assert batch_schema_ids(tmp_path) == {0: {"stateful": 0}}
-    seen = run_release(spark, tmp_path, release("Fail3", "rows",
+    seen = run_release(spark, tmp_path, release("Fail3", "rows", make=with_extra,
                                                 VALUE="id int, name string, extra string"))
     assert seen[1]["a"] == {"value": [1, "name-1", None], "items": [[1]],
                             "map": [[["k1"], [1]]]}
@@ -443,5 +450,7 @@ def test_an_evolving_value_state_gives_pyspark_avro_outputs_batch_by_batch(
                 await_query(query)
         runs[name] = run
     assert_same_batches(runs["pyspark"], runs["dstl"])
-    assert json.loads(dict(runs["dstl"].batches[1])["a"]) == {"value": [1, "name-1"]}
+    # older values read in the newer schema, on both engines
+    assert json.loads(dict(runs["dstl"].batches[1])["a"]) == {"value": ["name-1", 1, None]}
     assert json.loads(dict(runs["dstl"].batches[2])["b"]) == {"value": ["name-2", 2, None]}
+    assert json.loads(dict(runs["dstl"].batches[2])["c"]) == {"value": ["name-3", 3, 0.75]}

@@ -19,6 +19,7 @@ from pyspark_dstl.materializer.remote import RemoteFiles
 PREFIX = "schemas/"
 MAGIC = "DSTL-STATE-SCHEMA"
 MAX_RECORD_BYTES = 16 * 1024 * 1024
+_DDL_NAMES = {"integer": "int", "long": "bigint", "short": "smallint", "byte": "tinyint"}
 _NAME = re.compile(r"^([^/]+)/(0|[1-9][0-9]{0,8})\.json$")
 
 
@@ -109,7 +110,7 @@ def _variable(declared: Mapping[str, Any]) -> str:
 def _type(schema: Any, top: bool = True) -> str:
     """A Spark type's JSON as DDL-like text (the top struct's fields without struct<>)."""
     if isinstance(schema, str):
-        return schema
+        return _DDL_NAMES.get(schema, schema)
     if not isinstance(schema, dict):
         return "?"
     kind = schema.get("type")

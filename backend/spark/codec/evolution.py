@@ -109,7 +109,8 @@ def _scalar_change(old: Any, new: Any) -> str | None:
     if old_name in _INTEGRAL_RANK and new_name in _INTEGRAL_RANK:
         if _INTEGRAL_RANK[new_name] > _INTEGRAL_RANK[old_name]:
             return None
-        return f"narrowing: {old_name} values may not fit {new_name}; keep {old_name} or wider"
+        return (f"narrowing: {_shown(old)} values may not fit {_shown(new)}; keep "
+                f"{_shown(old)} or wider")
     if isinstance(old, T.FloatType) and isinstance(new, T.DoubleType):
         return None
     if isinstance(new, T.DecimalType):
@@ -117,7 +118,7 @@ def _scalar_change(old: Any, new: Any) -> str | None:
             digits = _INTEGRAL_DIGITS[old_name]
             if new.precision - new.scale >= digits:
                 return None
-            return (f"narrowing: {old_name} values need {digits} digits before the point, "
+            return (f"narrowing: {_shown(old)} values need {digits} digits before the point, "
                     f"{_shown(new)} has {new.precision - new.scale}; use decimal("
                     f"{digits + new.scale},{new.scale}) or wider")
         if isinstance(old, T.DecimalType):
