@@ -291,3 +291,20 @@ def test_kind_and_ttl_changes_are_refused_with_sparks_error_class(
         settle(storage, "stateful", declarations(struct(("a", INT)), ttl=True))
     assert json.loads(encode_record(read_records(storage, "stateful")[0]))["magic"] == \
         "DSTL-STATE-SCHEMA"
+
+
+def test_verify_reports_a_missing_or_damaged_schema_record(storage: ChangelogStorage) -> None:
+    from pyspark_dstl.backend.ops.verify import verify_checkpoint
+
+    settle(storage, "stateful", declarations(struct(("a", INT))))
+    commit(storage, 0, 0)
+    settle(storage, "stateful", declarations(struct(("a", LONG))))
+    commit(storage, 1, 1)
+    assert not [p for p in verify_checkpoint(storage) if "schema" in p]
+    storage.loop.run(storage.adelete_many(["schemas/stateful/0.json"]))
+    storage.loop.run(storage.aput("schemas/stateful/2.json", b"{}"))
+    problems = [p for p in verify_checkpoint(storage) if "schema" in p]
+    assert problems == [
+        "state schema record 'schemas/stateful/2.json': not a record or fails its checksum",
+        "state schema record schemas/stateful/0.json is missing: the newest commit reads "
+        "schema id 1 through it"]

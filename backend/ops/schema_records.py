@@ -61,6 +61,28 @@ def describe_schema_records(storage: RemoteFiles, latest: CommitEntry | None,
     return report
 
 
+def schema_record_problems(storage: RemoteFiles, latest: CommitEntry | None) -> list[str]:
+    """For `verify`: damaged records, and a record missing from the chain the newest commit
+    reads its state schemas through."""
+    problems: list[str] = []
+    described = describe_schema_records(storage, latest, problems)
+    named = dict((latest.extra.get("state_schemas") or {}) if latest is not None else {})
+    for operator in sorted(set(described) | set(named)):
+        found = described.get(operator)
+        committed = named.get(operator, found["committed"] if found else None)
+        records = {r["id"]: r for r in found["records"]} if found else {}
+        step, seen = committed, set()
+        while step is not None and step not in seen:
+            seen.add(step)
+            if step not in records:
+                problems.append(f"state schema record {PREFIX}{operator}/{step}.json is "
+                                f"missing: the newest commit reads schema id {committed} "
+                                f"through it")
+                break
+            step = records[step]["base"]
+    return problems
+
+
 def format_schema_records(report: Mapping[str, Any]) -> list[str]:
     lines = []
     for operator, described in report.items():
