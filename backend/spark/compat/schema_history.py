@@ -5,7 +5,7 @@ A record holds every state variable the processor declared at one start (kind, v
 map key schema, TTL or not) and the grouping key's schema. Values carry the id they were
 written with (codec/evolution.py); the driver compares a start's declarations with every record
 of the committed chain and refuses, by name, what could not read the stored values
-(`check_declarations`). The file format is in docs/formats.md ("State schema records").
+(`check_against_history`). The file format is in docs/formats.md ("State schema records").
 """
 
 from __future__ import annotations
@@ -176,7 +176,7 @@ def chain_of(records: Mapping[int, SchemaRecord], schema_id: int, where: str) ->
     return SchemaHistory(schema_id, {i: records[i] for i in seen})
 
 
-def check_declarations(history: SchemaHistory, declared: Declarations, where: str) -> None:
+def check_against_history(history: SchemaHistory, declared: Declarations, where: str) -> None:
     """Refuse, with StateSchemaError, declarations that could not read what the chain's
     records describe: the first problem found, newest record first."""
     for record in history.chain():

@@ -271,7 +271,7 @@ class CompatHandle(PySparkHandle):
         """The codec of a variable's values and its TTL; notes the declaration."""
         what = f"{name} (map value)" if kind == "map" else name
         struct = self._schemas.struct(schema, what)
-        RowCodec(struct, what)  # a type state cannot hold fails here, before the TTL
+        plain = RowCodec(struct, what)  # a type state cannot hold fails here, before the TTL
         ttl = ttl_ms_of(name, ttl_ms, self._native.time_mode)
         declared = StateDeclaration(
             kind, canonical_schema(struct),
@@ -280,7 +280,7 @@ class CompatHandle(PySparkHandle):
             ttl is not None)
         self.declarations[name] = declared
         if self._history is None:
-            return RowCodec(struct, what), ttl
+            return plain, ttl
         record = self._history.records[self._history.current]
         if record.declarations.variables.get(name) != declared:
             raise StateVariableError(

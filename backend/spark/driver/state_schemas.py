@@ -27,7 +27,7 @@ from pyspark_dstl.backend.spark.compat.schema_history import (
     SchemaHistory,
     SchemaRecord,
     chain_of,
-    check_declarations,
+    check_against_history,
     encode_record,
 )
 from pyspark_dstl.backend.spark.compat.schema_records import (
@@ -63,7 +63,7 @@ def settle(storage: RemoteFiles, operator: str, declared: Declarations) -> Schem
         return _record(storage, operator, records, SchemaRecord(
             _next_id(records), None, declared, int(time.time() * 1000)))
     history = chain_of(records, committed, where)
-    check_declarations(history, declared, where)
+    check_against_history(history, declared, where)
     if records[committed].same_declarations(declared):
         return history
     newest = max(records)

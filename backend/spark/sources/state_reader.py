@@ -147,15 +147,18 @@ ValueReader = Callable[[Any], tuple[int, Any]]
 
 def value_readers(history: SchemaHistory | None) -> dict[str, tuple[ValueReader, str]]:
     """Per schema-typed state variable: (stored value -> (its schema id, its fields in the
-    current schema), that schema's JSON)."""
+    schema in force), that schema's JSON). A variable the current schema no longer declares
+    is shown in the newest schema that declared it."""
     if history is None:
         return {}
-    current = history.records[history.current].declarations.variables
     readers: dict[str, tuple[ValueReader, str]] = {}
-    for name, declared in current.items():
-        codec = VersionedRowCodec(declared.value_struct(), name, history.current,
-                                  history.value_schemas(name))
-        readers[name] = (codec.current_fields, declared.value_schema)
+    for record in history.chain():  # newest first
+        for name, declared in record.declarations.variables.items():
+            if name in readers:
+                continue
+            codec = VersionedRowCodec(declared.value_struct(), name, record.schema_id,
+                                      history.value_schemas(name))
+            readers[name] = (codec.current_fields, declared.value_schema)
     return readers
 
 
