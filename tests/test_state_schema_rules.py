@@ -308,3 +308,18 @@ def test_verify_reports_a_missing_or_damaged_schema_record(storage: ChangelogSto
         "state schema record 'schemas/stateful/2.json': not a record or fails its checksum",
         "state schema record schemas/stateful/0.json is missing: the newest commit reads "
         "schema id 1 through it"]
+
+
+def test_the_state_reader_shows_a_variable_no_longer_declared_in_its_newest_schema() -> None:
+    from pyspark_dstl.backend.spark.compat.schema_history import SchemaHistory
+    from pyspark_dstl.backend.spark.sources.state_reader import value_readers
+
+    old, newer = struct(("a", INT)), struct(("a", LONG), ("b", STRING))
+    records = {0: SchemaRecord(0, None, declarations(old)),
+               1: SchemaRecord(1, 0, declarations(newer)),
+               2: SchemaRecord(2, 1, Declarations(declarations(old).grouping_key, {}))}
+    read, shown = value_readers(SchemaHistory(2, records))["state"]
+    written = VersionedRowCodec(old, "state", 0, {0: old}).encode((5,))
+    assert read(decode_value(encode_value(written, None, "state"), 0, "state")[1]) == \
+        (0, [5, None])
+    assert json.loads(shown) == json.loads(newer.json())
