@@ -24,6 +24,7 @@ POINTS = (
     "commit_log_before",  # every store committed, the commit log entry not yet written
     "commit_log_after",  # the commit log entry is durable, the writer not yet told
     "cleanup_delete",  # cleanup is about to delete one store's batch of files
+    "schema_record_after",  # a new state schema record is durable, no batch committed on it
 )
 
 

@@ -88,6 +88,7 @@ _LAZY_NAMES = {
     "StatefulTaskError": "pyspark_dstl.backend.spark",
     "StateStoreClosedError": "pyspark_dstl.backend.errors",
     "StaleInstallWarning": "pyspark_dstl.backend.spark.sources.discovery",
+    "StateSchemaError": "pyspark_dstl.backend.spark.errors",
     "StateVariableError": "pyspark_dstl.backend.spark.errors",
     "StorageError": "pyspark_dstl.changelog.errors",
     "StoreIdError": "pyspark_dstl.backend.errors",

@@ -13,6 +13,10 @@ from pyspark_dstl.backend.fencing.lease import holder_of
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
 from pyspark_dstl.backend.lineage.listing import StoreDirListing, list_stores
 from pyspark_dstl.backend.ops.attempts import AttemptKey, attempts_of, read_newest_header
+from pyspark_dstl.backend.ops.schema_records import (
+    describe_schema_records,
+    format_schema_records,
+)
 from pyspark_dstl.materializer.remote import RemoteFiles
 
 
@@ -51,7 +55,10 @@ def inspect_checkpoint(storage: RemoteFiles) -> dict[str, Any]:
     return {"url": getattr(storage, "url", None), "batches": commit_log.batch_ids(),
             "latest_batch": latest_batch, "fences": len(commit_log.fences()),
             "holder": _holder(storage, problems),
-            "stores": stores, "problems": problems}
+            "stores": stores,
+            "state_schemas": describe_schema_records(
+                storage, latest[1] if latest is not None else None, problems),
+            "problems": problems}
 
 
 def _holder(storage: RemoteFiles, problems: list[str]) -> dict[str, Any] | None:
@@ -142,5 +149,6 @@ def format_inspection(report: dict[str, Any]) -> str:
             lines.append(f"  v{version}: changelog {changelog}; "
                          f"snapshot {', '.join(ids['snapshot']) or '-'}")
         lines.extend(f"  unexpected file {path}" for path in store["other_files"])
+    lines.extend(format_schema_records(report.get("state_schemas", {})))
     lines.extend(f"problem: {problem}" for problem in report["problems"])
     return "\n".join(lines)

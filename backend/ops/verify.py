@@ -16,6 +16,7 @@ from pyspark_dstl.backend.lineage.completion import status_from_files
 from pyspark_dstl.backend.lineage.listing import StoreDirListing, list_stores
 from pyspark_dstl.backend.lineage.rules import HeaderMeta
 from pyspark_dstl.backend.ops.attempts import StorageSource, attempts_of
+from pyspark_dstl.backend.ops.schema_records import schema_record_problems
 from pyspark_dstl.changelog.errors import ChangelogError
 from pyspark_dstl.changelog.files import read_file_log
 from pyspark_dstl.materializer.checksum import crc32_of
@@ -48,7 +49,16 @@ def verify_report(storage: RemoteFiles) -> VerifyReport:
     report.problems = _verify_commit_log(storage, present, latest_attempts)
     for listing in listings.values():
         _verify_store(storage, listing, report, latest_attempts)
+    report.problems.extend(_verify_schema_records(storage))
     return report
+
+
+def _verify_schema_records(storage: RemoteFiles) -> list[str]:
+    try:
+        latest = CommitLog(storage).latest()
+    except BackendError:
+        return []  # the commit log's own check reports it
+    return schema_record_problems(storage, latest[1] if latest is not None else None)
 
 
 def _get(storage: RemoteFiles, path: str) -> bytes:

@@ -41,6 +41,7 @@ _NAMES = {
     "StageResult": "pyspark_dstl.backend.spark.driver.operator",
     "StateDecodingError": "pyspark_dstl.backend.spark.errors",
     "StateEncodingError": "pyspark_dstl.backend.spark.errors",
+    "StateSchemaError": "pyspark_dstl.backend.spark.errors",
     "stateful": "pyspark_dstl.backend.spark.driver.query",
     "StatefulOperator": "pyspark_dstl.backend.spark.driver.operator",
     "StatefulProcessor": "pyspark_dstl.backend.spark.api.processor",

@@ -54,3 +54,10 @@ class DropInUsageError(DstlSparkError, ValueError):
     """A call on the drop-in path that this backend cannot run as asked (a stateful step after
     transformWithState, an action on its streaming result, a sink or trigger it does not
     support); names the call and what to do instead."""
+
+
+class StateSchemaError(DstlSparkError, ValueError):
+    """A processor's state declarations cannot read the state its checkpoint holds (a
+    narrowed or changed type, a changed key schema, state kind or TTL kind), or a schema
+    record is missing or damaged; raised on the driver before any batch, naming the state
+    variable, the field, the old and the new type, and what to do."""

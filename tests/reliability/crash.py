@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pyspark_dstl.backend.faults import POINTS
 from pyspark_dstl.changelog.errors import ObjectNotFoundError
 from pyspark_dstl.changelog.options import ChangelogOptions
 from tests.reliability.child import ChildRun, Event
@@ -189,7 +188,7 @@ class CrashHarness:
         self.stats.random_kills += 1
 
     def point_kill(self, point: str | None = None) -> None:
-        name = point or self.rng.choice(POINTS)
+        name = point or self.rng.choice(list(POINT_COUNTS))  # the points its workload reaches
         count = self.rng.randint(1, POINT_COUNTS[name])
         run = self.start(last_batch=self.stats.highest_committed + 12,
                          env={"DSTL_KILL_POINT": f"{name}:{count}"})

@@ -51,13 +51,16 @@ def test_random_kills_on_a_file_root_lose_no_committed_batch(tmp_path: Path) -> 
 
 
 def test_a_kill_at_every_library_kill_point_is_survived(tmp_path: Path) -> None:
+    # the workload declares no state schemas: the schema record's point has its own test
+    # (tests/test_state_schema_evolution.py)
+    points = [point for point in POINTS if point != "schema_record_after"]
     harness = file_harness(tmp_path, seed=12)
-    for point in POINTS:
+    for point in points:
         harness.point_kill(point)
         harness.point_kill(point)
     harness.verify_final()
     assert harness.stats.points_not_reached == 0
-    assert dict(harness.stats.point_kills) == {point: 2 for point in POINTS}
+    assert dict(harness.stats.point_kills) == {point: 2 for point in points}
     assert verify_root(harness.url) == []
 
 

@@ -10,7 +10,9 @@ milliseconds, 8 bytes big-endian) followed by the packed value. Keys are a msgpa
 grouping columns' values: self-delimiting, so one key's bytes are never a prefix of another's and
 map entries can be stored under grouping key + user key and found by a prefix scan. Timestamp
 and date grouping keys are extension types 2 (epoch microseconds, UTC) and 3 (epoch days), so
-a key's bytes never depend on the reader's time zone.
+a key's bytes never depend on the reader's time zone. A schema-typed value (the compat path)
+is extension type 4, its schema id then its packed fields; it is returned as the ExtType, so a
+list state rewritten after an expiry keeps each element's bytes as they were.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pyspark_dstl.backend.spark.errors import StateDecodingError, StateEncodingE
 TTL_EXT_CODE = 1
 TIMESTAMP_EXT_CODE = 2
 DATE_EXT_CODE = 3
+SCHEMA_EXT_CODE = 4  # a schema-typed value with its schema id (codec/evolution.py)
 _EXPIRY = struct.Struct(">q")
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _EPOCH_DAY = dt.date(1970, 1, 1)
@@ -50,6 +53,8 @@ def _default(obj: Any) -> Any:
 
 
 def _ext_hook(code: int, data: bytes) -> Any:
+    if code == SCHEMA_EXT_CODE:  # kept whole: its codec reads the id and the fields
+        return msgpack.ExtType(code, data)
     if code != TTL_EXT_CODE or len(data) < _EXPIRY.size:
         raise ValueError(f"unknown msgpack extension type {code}")
     (expires,) = _EXPIRY.unpack_from(data)

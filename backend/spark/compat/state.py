@@ -28,7 +28,13 @@ from pyspark.sql.streaming.stateful_processor import (
 
 from pyspark_dstl.backend.spark.api.processor import StatefulProcessorHandle
 from pyspark_dstl.backend.spark.api.state import ListState, MapState, ValueState
+from pyspark_dstl.backend.spark.codec.evolution import VersionedRowCodec
 from pyspark_dstl.backend.spark.codec.rows import RowCodec
+from pyspark_dstl.backend.spark.compat.schema_history import (
+    SchemaHistory,
+    StateDeclaration,
+    canonical_schema,
+)
 from pyspark_dstl.backend.spark.errors import StateVariableError, TimerError
 from pyspark_dstl.backend.spark.time.modes import PYSPARK_WORDS
 
@@ -236,14 +242,21 @@ class CompatMapState(_Deletable, PySparkMapState):
 
 class CompatHandle(PySparkHandle):
     """What a PySpark processor's init() receives: PySpark's handle methods, served by this
-    backend's handle. `entry` names the call that started the query, for error messages."""
+    backend's handle. `entry` names the call that started the query, for error messages.
+
+    `history`: the checkpoint's state schemas (the driver settles them at start); values are
+    then written with the current schema id and read with the schema of theirs. Without it
+    (the driver's own check of init(), an import) values are written without an id.
+    `declarations` notes what init() declared, for the driver's schema record."""
 
     def __init__(self, native: StatefulProcessorHandle, schemas: SchemaBook,
-                 entry: str) -> None:
+                 entry: str, history: SchemaHistory | None = None) -> None:
         self._native = native
         self._schemas = schemas
         self._entry = entry
+        self._history = history
         self._declared: dict[str, list[_Deletable]] = {}
+        self.declarations: dict[str, StateDeclaration] = {}
 
     def _declare(self, name: str, variable: Any) -> Any:
         self._declared.setdefault(name, []).append(variable)
@@ -253,17 +266,40 @@ class CompatHandle(PySparkHandle):
         what = f"{name} ({role})" if role else name
         return RowCodec(self._schemas.struct(schema, what), what)
 
+    def _value_codec(self, name: str, kind: str, schema: Any, ttl_ms: Any,
+                     key_schema: Any = None) -> tuple[RowCodec, int | None]:
+        """The codec of a variable's values and its TTL; notes the declaration."""
+        what = f"{name} (map value)" if kind == "map" else name
+        struct = self._schemas.struct(schema, what)
+        plain = RowCodec(struct, what)  # a type state cannot hold fails here, before the TTL
+        ttl = ttl_ms_of(name, ttl_ms, self._native.time_mode)
+        declared = StateDeclaration(
+            kind, canonical_schema(struct),
+            None if key_schema is None else canonical_schema(
+                self._schemas.struct(key_schema, f"{name} (map key)")),
+            ttl is not None)
+        self.declarations[name] = declared
+        if self._history is None:
+            return plain, ttl
+        record = self._history.records[self._history.current]
+        if record.declarations.variables.get(name) != declared:
+            raise StateVariableError(
+                f"state {name}: declared here as {kind} state with schema "
+                f"{struct.simpleString()}, which is not what init() declared on the driver "
+                f"when the query started (schema id {self._history.current}); init() must "
+                f"declare the same state every time it runs")
+        return VersionedRowCodec(struct, what, self._history.current,
+                                 self._history.value_schemas(name)), ttl
+
     def getValueState(self, stateName: str, schema: Any,
                       ttlDurationMs: int | None = None) -> CompatValueState:
-        codec = self._codec(stateName, schema)
-        ttl = ttl_ms_of(stateName, ttlDurationMs, self._native.time_mode)
+        codec, ttl = self._value_codec(stateName, "value", schema, ttlDurationMs)
         return self._declare(stateName, CompatValueState(
             self._native.declare_state("value", stateName, ttl), codec, stateName))
 
     def getListState(self, stateName: str, schema: Any,
                      ttlDurationMs: int | None = None) -> CompatListState:
-        codec = self._codec(stateName, schema)
-        ttl = ttl_ms_of(stateName, ttlDurationMs, self._native.time_mode)
+        codec, ttl = self._value_codec(stateName, "list", schema, ttlDurationMs)
         return self._declare(stateName, CompatListState(
             self._native.declare_state("list", stateName, ttl), codec, stateName))
 
@@ -271,8 +307,8 @@ class CompatHandle(PySparkHandle):
                     valueSchema: Any,
                     ttlDurationMs: int | None = None) -> CompatMapState:
         keys = self._codec(stateName, userKeySchema, "map key")
-        values = self._codec(stateName, valueSchema, "map value")
-        ttl = ttl_ms_of(stateName, ttlDurationMs, self._native.time_mode)
+        values, ttl = self._value_codec(stateName, "map", valueSchema, ttlDurationMs,
+                                        userKeySchema)
         return self._declare(stateName, CompatMapState(
             self._native.declare_state("map", stateName, ttl), keys, values, stateName))
 

@@ -32,6 +32,12 @@ from pyspark_dstl.backend.spark.compat.rows import (
     output_timestamp_columns,
     tzinfo_of,
 )
+from pyspark_dstl.backend.spark.compat.schema_history import (
+    Declarations,
+    SchemaHistory,
+    StateDeclaration,
+    canonical_schema,
+)
 from pyspark_dstl.backend.spark.compat.state import CompatHandle, SchemaBook
 from pyspark_dstl.backend.spark.time.modes import time_mode_of
 from pyspark_dstl.backend.spark.time.query_time import EVENT_TIME_TYPES, WATERMARK_METADATA
@@ -83,8 +89,9 @@ def plan_transform(df: Any, key_columns: Sequence[str], processor: Any, output_s
                      initial_names=initial_names, initial_keys=initial_keys,
                      max_records=_arrow_limit(df, "maxRecordsPerBatch", 10000),
                      max_bytes=_arrow_limit(df, "maxBytesPerBatch", 0))
-    schemas = declared_schemas(processor, mode, entry)
-    adapter = PySparkProcessorAdapter(processor, shape, schemas, entry)
+    schemas, variables = declared_schemas(processor, mode, entry)
+    declarations = Declarations(_grouping_key_schema(df, key_columns), variables)
+    adapter = PySparkProcessorAdapter(processor, shape, schemas, entry, declarations)
     return CompatPlan(adapter, struct, mode, initial)
 
 
@@ -180,29 +187,42 @@ def _check_watermark(df: Any, mode: str) -> None:
                           "df.withWatermark(<timestamp column>, <delay>) before stateful(df)")
 
 
-def declared_schemas(processor: Any, time_mode: str, entry: str) -> dict[str, str]:
+def declared_schemas(processor: Any, time_mode: str,
+                     entry: str) -> tuple[dict[str, str], dict[str, StateDeclaration]]:
     """Run init() (then close()) on a copy of the processor with a declaring-only handle, as
-    PySpark does on the driver; returns the DDL state schemas it declared, parsed."""
+    PySpark does on the driver; returns the DDL state schemas it declared, parsed, and every
+    state variable it declared (what the checkpoint's schema record holds)."""
     from pyspark import cloudpickle
     from pyspark.sql.types import _parse_datatype_string
 
     copy = cloudpickle.loads(cloudpickle.dumps(processor))
     book = SchemaBook(parse=_parse_datatype_string)
-    copy.init(CompatHandle(declaring_handle(time_mode), book, entry))
+    handle = CompatHandle(declaring_handle(time_mode), book, entry)
+    copy.init(handle)
     copy.close()
-    return book.parsed
+    return book.parsed, dict(handle.declarations)
+
+
+def _grouping_key_schema(df: Any, key_columns: Sequence[str]) -> str:
+    from pyspark.sql.types import StructType
+
+    return canonical_schema(StructType([df.schema[name] for name in key_columns]))
 
 
 class PySparkProcessorAdapter(StatefulProcessor):
     """A pyspark StatefulProcessor as a per-key processor of this backend."""
 
     def __init__(self, processor: Any, shape: RowShape, schemas: dict[str, str],
-                 entry: str) -> None:
+                 entry: str, declarations: Declarations | None = None) -> None:
         self.processor = processor
         self.shape = shape
         self.schemas = schemas
         self.entry = entry
         self.display_name = type(processor).__name__
+        self.declarations = declarations
+        # the checkpoint's state schemas, settled by the driver when the query starts
+        # (driver/state_schemas.py); None: values are written without a schema id
+        self.history: SchemaHistory | None = None
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         from pyspark.sql.streaming.stateful_processor import TimerValues
@@ -216,7 +236,8 @@ class PySparkProcessorAdapter(StatefulProcessor):
                                              watermark if mode == "event_time"
                                              else max(watermark, 0))
         self._key = self.shape.key_shaper()
-        self.processor.init(CompatHandle(handle, SchemaBook(self.schemas), self.entry))
+        self.processor.init(CompatHandle(handle, SchemaBook(self.schemas), self.entry,
+                                         self.history))
 
     def rows_by_key(self, batch: KeyedBatch, initial: bool = False) -> Callable[[int], Any]:
         return self.shape.rows_by_key(batch.table, batch.offsets, initial)

@@ -29,6 +29,7 @@ from pyspark_dstl.backend.ops.cleanup import cleanup_checkpoint
 from pyspark_dstl.backend.spark.api.initial_state import InitialState
 from pyspark_dstl.backend.spark.api.processor import AnyProcessor
 from pyspark_dstl.backend.spark.driver import query_lease as fencing
+from pyspark_dstl.backend.spark.driver import state_schemas
 from pyspark_dstl.backend.spark.errors import CommitValidationError, PartitionCountError
 from pyspark_dstl.backend.spark.options import DstlConf
 from pyspark_dstl.backend.spark.task.failures import stage_errors
@@ -383,7 +384,7 @@ class StatefulOperator:
                    "processor": type(self.spec.processor).__name__,
                    "output_schema": self.spec.output_schema.json(),
                    "metrics": self.metrics_of(result), "stage_seconds": result.seconds,
-                   **self._time_extra(result)})
+                   **self._time_extra(result), **state_schemas.commit_extra(self)})
         path = self.commit_log().write(result.batch_id, entry, lease=fencing.hold(self),
                                        rerun=result.base.rerun)
         self.publish_demand(result.batch_id, entry.extra)
@@ -450,6 +451,7 @@ class StatefulOperator:
         """Stage, sink, commit entry, cleanup: what foreachBatch calls for each batch."""
         started = time.monotonic()
         fencing.hold(self).check(f"run batch {batch_id}")
+        state_schemas.ensure_settled(self)
         result = self.execute(df, batch_id)
         try:
             sink_started = time.monotonic()

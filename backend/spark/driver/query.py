@@ -16,6 +16,7 @@ from pyspark_dstl.backend.spark.driver import query_lease as fencing
 from pyspark_dstl.backend.spark.driver.handle import StatefulQuery
 from pyspark_dstl.backend.spark.driver.operator import BatchProgress, OperatorSpec, StatefulOperator
 from pyspark_dstl.backend.spark.driver.progress import log_batch, with_state_progress
+from pyspark_dstl.backend.spark.driver.state_schemas import settle_operator
 from pyspark_dstl.backend.spark.errors import StateVariableError
 from pyspark_dstl.backend.spark.locations import default_engine_checkpoint, to_url
 from pyspark_dstl.backend.spark.options import QUERY_PREFIX, DstlConf
@@ -235,6 +236,7 @@ class StatefulStream:
         lease = fencing.start_query(self.operator)  # refused while another run holds the root
         try:
             with lease.use():
+                settle_operator(self.operator)  # state schemas: refused or recorded here
                 query = writer.start()
                 fencing.attach_query(self.operator, query)
         except BaseException:

@@ -5,6 +5,12 @@
 One Spark partition per state partition; each task restores its store into a private
 temporary directory (never the running query's), reads every state variable and removes it.
 Keys and values are JSON text (bytes as base64 strings), so any stored value fits one schema.
+
+A PySpark processor's state (schema-typed, with a schema history) is shown in the schema in
+force at the batch read: a value written with an older schema id is projected onto it by field
+name, as the query at that batch reads it. `schema_id` is the id a value was written with (a
+list: the newest of its elements'), `value_schema` the JSON of the schema it is shown in; both
+are null for state without schemas.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import datetime as dt
 import json
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -23,6 +29,7 @@ from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
 from pyspark_dstl.backend.lineage.naming import split_store_id
 from pyspark_dstl.backend.options import BackendOptions
+from pyspark_dstl.backend.spark.codec.evolution import VersionedRowCodec
 from pyspark_dstl.backend.spark.codec.values import (
     Expiring,
     decode_key,
@@ -30,6 +37,8 @@ from pyspark_dstl.backend.spark.codec.values import (
     iter_elements,
     split_map_key,
 )
+from pyspark_dstl.backend.spark.compat.schema_history import SchemaHistory
+from pyspark_dstl.backend.spark.compat.schema_records import history_at
 from pyspark_dstl.backend.spark.errors import StateDecodingError
 from pyspark_dstl.backend.spark.options import QUERY_PREFIX, DstlConf
 from pyspark_dstl.backend.spark.time.timers import BY_EXPIRY_CF, BY_KEY_CF, EXPIRY_WIDTH, expiry_of
@@ -39,15 +48,16 @@ from pyspark_dstl.core.errors import ConfigError
 
 SOURCE_NAME = "dstl-state"
 SCHEMA = ("partition INT, state_variable STRING, kind STRING, key STRING, map_key STRING, "
-          "value STRING, expires_at_ms LONG")
+          "value STRING, expires_at_ms LONG, schema_id INT, value_schema STRING")
 SETTINGS_OPTION = "settings"
 
 
 class StatePartition(InputPartition):
-    def __init__(self, partition: int, info: str) -> None:
+    def __init__(self, partition: int, info: str, history: str | None = None) -> None:
         super().__init__(partition)
         self.partition = partition
         self.info = info
+        self.history = history  # SchemaHistory JSON at the batch; None without schemas
 
 
 class DstlStateDataSource(DataSource):
@@ -101,16 +111,20 @@ class StateReader(DataSourceReader):
                 entry = latest[1]
             else:
                 entry = log.read(self.batch_id)
+            history = history_at(storage, self.operator, entry)
+        shipped = None if history is None else json.dumps(history.to_dict())
         commit = entry.operators.get(self.operator)
         if commit is None:
             raise ConfigError(f"dstl-state: batch {entry.batch_id} under {self.url!r} has no "
                               f"operator {self.operator!r} (has {sorted(entry.operators)})")
-        return [StatePartition(p, json.dumps(info.to_dict()))
+        return [StatePartition(p, json.dumps(info.to_dict()), shipped)
                 for p, info in sorted(commit.stores.items())]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         assert isinstance(partition, StatePartition)
         info = CheckpointInfo.from_dict(json.loads(partition.info))
+        readers = value_readers(None if partition.history is None else
+                                SchemaHistory.from_dict(json.loads(partition.history)))
         operator, number = split_store_id(info.store_id)
         scratch = tempfile.mkdtemp(prefix="dstl-state-reader-")
         settings = {**self.settings, "spark.dstl.stateStore.localDir": scratch}
@@ -120,7 +134,7 @@ class StateReader(DataSourceReader):
                                                                                 info)
                 try:
                     rows = [row for cf in store.column_families()
-                            for row in state_rows(number, cf, store.iterator(cf))]
+                            for row in state_rows(number, cf, store.iterator(cf), readers)]
                 finally:
                     store.abort()
         finally:
@@ -128,32 +142,63 @@ class StateReader(DataSourceReader):
         yield from rows
 
 
-def state_rows(partition: int, cf: str,
-               items: Iterator[tuple[bytes, bytes]]) -> Iterator[tuple[Any, ...]]:
+ValueReader = Callable[[Any], tuple[int, Any]]
+
+
+def value_readers(history: SchemaHistory | None) -> dict[str, tuple[ValueReader, str]]:
+    """Per schema-typed state variable: (stored value -> (its schema id, its fields in the
+    schema in force), that schema's JSON). A variable the current schema no longer declares
+    is shown in the newest schema that declared it."""
+    if history is None:
+        return {}
+    readers: dict[str, tuple[ValueReader, str]] = {}
+    for record in history.chain():  # newest first
+        for name, declared in record.declarations.variables.items():
+            if name in readers:
+                continue
+            codec = VersionedRowCodec(declared.value_struct(), name, record.schema_id,
+                                      history.value_schemas(name))
+            readers[name] = (codec.current_fields, declared.value_schema)
+    return readers
+
+
+def _plain(value: Any) -> tuple[int | None, Any]:
+    return None, value
+
+
+def state_rows(partition: int, cf: str, items: Iterator[tuple[bytes, bytes]],
+               readers: Mapping[str, tuple[ValueReader, str]] | None = None,
+               ) -> Iterator[tuple[Any, ...]]:
     """Rows of the reader's schema for one column family of a store."""
     kind, _, name = cf.partition("/")
+    reader, shown_in = (readers or {}).get(name, (_plain, None))
     for key, raw in items:
         if kind == "value":
-            value, expires = decode_value_with_expiry(raw, name)
+            stored, expires = decode_value_with_expiry(raw, name)
+            schema_id, value = reader(stored)
             yield (partition, name, kind, _json(list(decode_key(key, name))), None,
-                   _json(value), expires)
+                   _json(value), expires, schema_id, shown_in)
         elif kind == "list":
             elements = list(iter_elements(raw, name))
             expiries = [e.expires_at_ms for e in elements if isinstance(e, Expiring)]
-            values = [e.value if isinstance(e, Expiring) else e for e in elements]
+            read = [reader(e.value if isinstance(e, Expiring) else e) for e in elements]
+            ids = [i for i, _ in read if i is not None]
             yield (partition, name, kind, _json(list(decode_key(key, name))), None,
-                   _json(values), min(expiries) if expiries else None)
+                   _json([v for _, v in read]), min(expiries) if expiries else None,
+                   max(ids) if ids else None, shown_in)
         elif kind == "map":
             group, user_key = split_map_key(key, name)
-            value, expires = decode_value_with_expiry(raw, name)
+            stored, expires = decode_value_with_expiry(raw, name)
+            schema_id, value = reader(stored)
             yield (partition, name, kind, _json(list(group)), _json(user_key), _json(value),
-                   expires)
+                   expires, schema_id, shown_in)
         elif cf == BY_EXPIRY_CF:
             return  # the same timers as timers/by_key, in expiry order
         elif cf == BY_KEY_CF:
             group, expiry = decode_key(key[:-EXPIRY_WIDTH], "timer"), expiry_of(
                 key[-EXPIRY_WIDTH:])
-            yield (partition, "timers", "timer", _json(list(group)), None, _json(expiry), expiry)
+            yield (partition, "timers", "timer", _json(list(group)), None, _json(expiry), expiry,
+                   None, None)
         else:
             raise StateDecodingError(f"column family {cf!r} of partition {partition} is not "
                                      f"state written by backend.spark")
