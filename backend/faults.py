@@ -24,6 +24,8 @@ POINTS = (
     "commit_log_before",  # every store committed, the commit log entry not yet written
     "commit_log_after",  # the commit log entry is durable, the writer not yet told
     "cleanup_delete",  # cleanup is about to delete one store's batch of files
+    "rescale_store_committed",  # a rescale committed one new store, maybe not all of them
+    "rescale_stores_done",  # a rescale's new stores are durable, no commit entry names them
 )
 
 

@@ -96,10 +96,10 @@ def test_numpy_longs_hash_as_spark_does(hashed: list[Any]) -> None:
 
 
 def test_a_key_type_without_a_hash_is_refused_by_name() -> None:
-    with pytest.raises(PartitioningError, match="'decimal.*supported"):
+    with pytest.raises(PartitioningError, match=r"'decimal.*supported"):
         spark_hash([1], ["decimal(10,2)"])
 
 
 def test_a_key_with_another_number_of_columns_is_refused() -> None:
-    with pytest.raises(PartitioningError, match="2 value.*1 key column"):
+    with pytest.raises(PartitioningError, match=r"2 value.*1 key column"):
         spark_hash([1, 2], ["bigint"])

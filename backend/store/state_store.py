@@ -38,6 +38,7 @@ class ChangelogStateStore(StateStore):
         self._info: CheckpointInfo | None = None
         self._records_before = instance.metrics.records
         self._removed_before = instance.metrics.removed
+        self._ingested = 0  # keys written by ingest(): the commit must be a snapshot
 
     @property
     def store_id(self) -> str:
@@ -186,8 +187,30 @@ class ChangelogStateStore(StateStore):
 
     # --- end of the transaction -------------------------------------------------------------
 
+    def ingest(self, cf: str, keys: list[bytes], values: list[bytes]) -> None:
+        """Write straight into the engine, not into the changelog: how a rescale fills a new
+        partition's store. Such a transaction can only commit as a snapshot
+        (`commit(materialize=True)`), which is then the one durable copy of these keys."""
+        self._check_open()
+        if len(keys) != len(values):
+            raise ValueError(f"store {self.store_id!r}: ingest of {len(keys)} key(s) and "
+                             f"{len(values)} value(s)")
+        if not keys:
+            return
+        self._flush()
+        self._flushed = True
+        prefix = cf_prefix(cf)
+        self._instance.engine.apply_ordered([prefix + key for key in keys], values,
+                                            deletes=False)
+        self._ingested += len(keys)
+
     def commit(self, *, materialize: bool = False) -> CheckpointInfo:
         self._check_open()
+        if self._ingested and not materialize:
+            self.abort()
+            raise StateStoreClosedError(
+                f"store {self.store_id!r}: {self._ingested} key(s) were ingested without the "
+                f"changelog, so the commit must be a snapshot: call commit(materialize=True)")
         try:
             info = self._instance.commit(self._marker, self._cache, materialize)
         except BaseException:

@@ -1,0 +1,214 @@
+"""`python -m pyspark_dstl rescale <checkpoint> --partitions N`, without Spark: every key (state
+variables and timers alike) ends in the partition Spark's hash assigns under N, nothing is
+lost or added, and a kill at any point leaves the old layout or the new one, never a mix; a
+rerun finishes the job."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
+from pyspark_dstl.backend.lineage.commit_entry import CommitEntry, OperatorCommit
+from pyspark_dstl.backend.ops.cli import main
+from pyspark_dstl.backend.spark.codec.key_routing import grouping_key
+from pyspark_dstl.backend.spark.codec.spark_hash import partition_of
+from pyspark_dstl.backend.spark.codec.values import encode_key, encode_user_key, encode_value
+from pyspark_dstl.backend.spark.time.timers import BY_EXPIRY_CF, BY_KEY_CF, expiry_bytes
+from tests.support import S3Env
+from tests.support.backend import OPERATOR, BackendEnv, file_env, s3_env
+from tests.support.moto_server import ACCESS_KEY, REGION, SECRET_KEY
+
+USERS = [f"user-{i}" for i in range(400)]
+OLD, NEW = 3, 5
+Content = set[tuple[str, bytes, bytes]]
+
+
+def stored_rows(user: str, i: int) -> list[tuple[str, bytes, bytes]]:
+    """What the stateful stage stores for one key: a value, a map entry and a timer."""
+    key = encode_key([user])
+    expiry = expiry_bytes(1_000 * i)
+    return [("value/count", key, encode_value(i, None, "count")),
+            ("map/seen", key + encode_user_key(("a", i), "seen"), encode_value(True, None, "s")),
+            (BY_KEY_CF, key + expiry, b""), (BY_EXPIRY_CF, expiry + key, b"")]
+
+
+def build(env: BackendEnv, batches: int = 2, key_types: list[str] | None = None) -> Content:
+    """`batches` committed batches over OLD partitions, keys where Spark's hash puts them."""
+    backend = env.backend()
+    infos: dict[int, CheckpointInfo] = {}
+    for batch_id in range(batches):
+        for partition in range(OLD):
+            base = infos.get(partition)
+            store = env.provider(backend, partition).get_store(
+                base.version if base else 0, base)
+            for i, user in enumerate(USERS):
+                if partition_of([user], ["string"], OLD) == partition and i % batches == batch_id:
+                    for cf, key, value in stored_rows(user, i):
+                        store.put(key, value, cf)
+            infos[partition] = store.commit(materialize=batch_id == 0)
+        extra = {"key_columns": ["user"]}
+        if key_types is not None:
+            extra["key_types"] = key_types
+        env.commit_log().write(batch_id, CommitEntry(
+            batch_id, {OPERATOR: OperatorCommit(OLD, dict(infos))}, extra=extra))
+    env.close()  # the lease goes: the root looks like a stopped query's
+    return {row for i, user in enumerate(USERS) for row in stored_rows(user, i)}
+
+
+def latest(env: BackendEnv) -> CommitEntry:
+    found = env.commit_log().latest()
+    assert found is not None
+    env.close()
+    return found[1]
+
+
+def content_by_partition(env: BackendEnv, entry: CommitEntry) -> dict[int, Content]:
+    backend = env.backend()
+    result: dict[int, Content] = {}
+    for partition, info in entry.operators[OPERATOR].stores.items():
+        store = env.provider(backend, partition).get_store(info.version, info)
+        result[partition] = {(cf, key, value) for cf in store.column_families()
+                             for key, value in store.iterator(cf)}
+        store.abort()
+    env.close()
+    return result
+
+
+def assert_layout(env: BackendEnv, partitions: int, content: Content) -> None:
+    """The newest entry has `partitions` stores holding exactly `content`, each key in the
+    partition Spark's hash assigns."""
+    entry = latest(env)
+    assert entry.operators[OPERATOR].num_partitions == partitions
+    stored = content_by_partition(env, entry)
+    assert sorted(stored) == list(range(partitions))
+    assert set().union(*stored.values()) == content
+    assert sum(len(rows) for rows in stored.values()) == len(content)
+    for partition, rows in stored.items():
+        for cf, key, _ in rows:
+            assert partition_of(grouping_key(cf, key), ["string"], partitions) == partition
+
+
+def rescale(env: BackendEnv, *args: str) -> tuple[int, str]:
+    out = io.StringIO()
+    status = main(["rescale", env.url, *args], out=out)
+    return status, out.getvalue()
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[BackendEnv]:
+    made = file_env(tmp_path)
+    yield made
+    made.close()
+
+
+def test_rescale_puts_every_key_and_timer_where_sparks_hash_assigns_it(env: BackendEnv) -> None:
+    content = build(env, key_types=["string"])
+    status, text = rescale(env, "--partitions", str(NEW))
+    assert status == 0, text
+    assert f"from {OLD} to {NEW} partition(s)" in text
+    assert_layout(env, NEW, content)
+
+
+def test_rescaled_stores_are_new_stores_numbered_after_the_old_versions(
+        env: BackendEnv) -> None:
+    build(env, key_types=["string"])
+    before = latest(env).operators[OPERATOR].stores
+    assert rescale(env, "--partitions", str(NEW))[0] == 0
+    after = latest(env).operators[OPERATOR].stores
+    old_ids = {info.unique_id for info in before.values()}
+    for info in after.values():
+        assert info.version == max(i.version for i in before.values()) + 1
+        assert info.unique_id not in old_ids and info.base_unique_id is None
+        assert info.materialized is not None and info.materialized.unique_id == info.unique_id
+        assert info.changelog.size == 0
+
+
+def test_rescale_is_a_new_generation_of_the_newest_batch_recording_what_it_did(
+        env: BackendEnv) -> None:
+    build(env, key_types=["string"])
+    assert rescale(env, "--partitions", str(NEW))[0] == 0
+    generations = env.commit_log().generations()
+    env.close()
+    assert sorted(g for g, _ in generations[1]) == [0, 1]
+    record = latest(env).extra["rescale"]
+    assert (record["from_partitions"], record["to_partitions"], record["batch_id"],
+            record["mode"], record["keys"]) == (OLD, NEW, 1, "offline", 4 * len(USERS))
+    assert record["bytes_read"] > 0 and record["bytes_written"] > 0
+
+
+def test_rescale_down_and_back_keeps_the_state(env: BackendEnv) -> None:
+    content = build(env, key_types=["string"])
+    for partitions in (7, 2, 1, OLD):
+        assert rescale(env, "--partitions", str(partitions))[0] == 0
+        assert_layout(env, partitions, content)
+
+
+def test_rescale_to_the_same_count_changes_nothing(env: BackendEnv) -> None:
+    build(env, key_types=["string"])
+    status, text = rescale(env, "--partitions", str(OLD))
+    assert status == 0 and "nothing to do" in text
+    assert latest(env).extra.get("rescale") is None
+
+
+def test_a_checkpoint_without_recorded_key_types_needs_them_named(
+        env: BackendEnv, capsys: pytest.CaptureFixture[str]) -> None:
+    content = build(env)
+    assert rescale(env, "--partitions", str(NEW))[0] == 2
+    assert "--key-types" in capsys.readouterr().err
+    assert latest(env).operators[OPERATOR].num_partitions == OLD
+    assert rescale(env, "--partitions", str(NEW), "--key-types", "string")[0] == 0
+    assert_layout(env, NEW, content)
+    assert latest(env).extra["key_types"] == ["string"]
+
+
+@pytest.mark.s3
+def test_rescale_on_s3_puts_every_key_where_sparks_hash_assigns_it(s3: S3Env,
+                                                                   tmp_path: Path) -> None:
+    made = s3_env(s3, tmp_path)
+    content = build(made, key_types=["string"])
+    status, text = rescale(made, "--partitions", str(NEW), "--s3-endpoint", s3.endpoint_url,
+                           "--s3-region", REGION,
+                           "--conf", f"spark.dstl.changelog.s3.accessKeyId={ACCESS_KEY}",
+                           "--conf", f"spark.dstl.changelog.s3.secretAccessKey={SECRET_KEY}",
+                           "--conf", "spark.dstl.changelog.s3.addressingStyle=path")
+    assert status == 0, text
+    assert_layout(made, NEW, content)
+    made.close()
+
+
+# --- crashes -------------------------------------------------------------------------------------
+
+KILL_POINTS = ["rescale_store_committed:1", "rescale_store_committed:4", "rescale_stores_done",
+               "commit_log_before", "commit_log_after"]
+
+
+def run_tool(env: BackendEnv, kill: str | None) -> subprocess.CompletedProcess[str]:
+    environment = dict(os.environ)
+    environment.pop("DSTL_KILL_POINT", None)
+    if kill is not None:
+        environment["DSTL_KILL_POINT"] = kill
+    return subprocess.run([sys.executable, "-m", "pyspark_dstl", "rescale", env.url,
+                           "--partitions", str(NEW)], env=environment, capture_output=True,
+                          text=True, timeout=120, check=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kill", KILL_POINTS)
+def test_a_kill_during_a_rescale_leaves_one_whole_layout_and_a_rerun_finishes_it(
+        env: BackendEnv, kill: str) -> None:
+    content = build(env, key_types=["string"])
+    killed = run_tool(env, kill)
+    assert killed.returncode == -9, killed.stderr
+    partitions = latest(env).operators[OPERATOR].num_partitions
+    assert partitions == (NEW if kill == "commit_log_after" else OLD)
+    assert_layout(env, partitions, content)
+    rerun = run_tool(env, None)
+    assert rerun.returncode == 0, rerun.stderr
+    assert_layout(env, NEW, content)
