@@ -6,6 +6,7 @@ rerun finishes the job."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 import sys
@@ -150,6 +151,23 @@ def test_rescale_down_and_back_keeps_the_state(env: BackendEnv) -> None:
         assert_layout(env, partitions, content)
 
 
+def test_inspect_and_verify_show_the_layout_of_every_batch(env: BackendEnv) -> None:
+    build(env, key_types=["string"])
+    assert rescale(env, "--partitions", str(NEW))[0] == 0
+    for command in ("inspect", "verify"):
+        out = io.StringIO()
+        assert main([command, env.url], out=out) == 0
+        text = out.getvalue()
+        assert f"layout batch 0: {OPERATOR} {OLD} partition(s)" in text
+        assert (f"layout batch 1: {OPERATOR} {NEW} partition(s) by pmod(hash(key columns), "
+                f"partitions) (rescaled offline from {OLD} partition(s) at batch 1)") in text
+    out = io.StringIO()
+    assert main(["inspect", env.url, "--json"], out=out) == 0
+    layouts = json.loads(out.getvalue())["layouts"]
+    assert [(item["batch_id"], item["operators"][OPERATOR]) for item in layouts] == \
+        [(0, OLD), (1, NEW)]
+
+
 def test_rescale_to_the_same_count_changes_nothing(env: BackendEnv) -> None:
     build(env, key_types=["string"])
     status, text = rescale(env, "--partitions", str(OLD))
@@ -209,6 +227,8 @@ def test_a_kill_during_a_rescale_leaves_one_whole_layout_and_a_rerun_finishes_it
     partitions = latest(env).operators[OPERATOR].num_partitions
     assert partitions == (NEW if kill == "commit_log_after" else OLD)
     assert_layout(env, partitions, content)
+    assert main(["verify", env.url], out=io.StringIO()) == 0
     rerun = run_tool(env, None)
     assert rerun.returncode == 0, rerun.stderr
     assert_layout(env, NEW, content)
+    assert main(["verify", env.url], out=io.StringIO()) == 0

@@ -18,9 +18,11 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from pyspark_dstl.backend.errors import BackendError
+from pyspark_dstl.backend.lineage.commit_log import CommitLog
 from pyspark_dstl.backend.lineage.fencing import take_over
 from pyspark_dstl.backend.ops.cleanup import CleanupReport, cleanup_checkpoint
 from pyspark_dstl.backend.ops.inspection import format_inspection, inspect_checkpoint
+from pyspark_dstl.backend.ops.layout import batch_layouts, format_layouts
 from pyspark_dstl.backend.ops.report_page import write_report
 from pyspark_dstl.backend.ops.root import require_checkpoint
 from pyspark_dstl.backend.ops.verify import verify_report
@@ -210,10 +212,14 @@ def _rescale(args: argparse.Namespace, storage: ChangelogStorage, fencing: Fenci
 
 def _verify(args: argparse.Namespace, storage: ChangelogStorage, out: TextIO) -> int:
     report = verify_report(storage)
+    layouts = batch_layouts(CommitLog(storage), [])  # unreadable entries: already problems
     if args.json:
         print(json.dumps({"problems": report.problems, "checkpoints": report.checkpoints,
-                          "uncommitted": report.uncommitted}, indent=1), file=out)
+                          "uncommitted": report.uncommitted, "layouts": layouts}, indent=1),
+              file=out)
     else:
+        for line in format_layouts(layouts):
+            print(line, file=out)
         for problem in report.problems:
             print(problem, file=out)
         for attempt in report.uncommitted:

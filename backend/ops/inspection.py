@@ -13,6 +13,7 @@ from pyspark_dstl.backend.lineage.commit_log import CommitLog
 from pyspark_dstl.backend.lineage.fencing import holder_of
 from pyspark_dstl.backend.lineage.listing import StoreDirListing, list_stores
 from pyspark_dstl.backend.ops.attempts import AttemptKey, attempts_of, read_newest_header
+from pyspark_dstl.backend.ops.layout import batch_layouts, format_layouts
 from pyspark_dstl.materializer.remote import RemoteFiles
 
 
@@ -51,6 +52,7 @@ def inspect_checkpoint(storage: RemoteFiles) -> dict[str, Any]:
     return {"url": getattr(storage, "url", None), "batches": commit_log.batch_ids(),
             "latest_batch": latest_batch, "fences": len(commit_log.fences()),
             "holder": _holder(storage, problems),
+            "layouts": batch_layouts(commit_log, problems),
             "stores": stores, "problems": problems}
 
 
@@ -123,6 +125,7 @@ def format_inspection(report: dict[str, Any]) -> str:
         lines.append(f"holder: run {holder['run_id']} (epoch {holder['epoch']}, "
                      f"{holder['purpose']}, pid {process['pid']} on {process['host']}), "
                      f"{state}; lease {holder['lease_seconds']:g} s")
+    lines.extend(format_layouts(report.get("layouts", [])))
     for store_id, store in report["stores"].items():
         lines.append(f"store {store_id}: {store['changelog_files']} changelog file(s) "
                      f"{store['changelog_bytes']} B, {store['snapshots']} snapshot(s), "

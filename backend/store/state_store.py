@@ -189,15 +189,18 @@ class ChangelogStateStore(StateStore):
 
     def ingest(self, cf: str, keys: list[bytes], values: list[bytes]) -> None:
         """Write straight into the engine, not into the changelog: how a rescale fills a new
-        partition's store. Such a transaction can only commit as a snapshot
-        (`commit(materialize=True)`), which is then the one durable copy of these keys."""
+        partition's store. Only into a transaction with no other writes, which then commits
+        as a snapshot alone (`commit(materialize=True)`, no changelog file): the snapshot is
+        the one durable copy of these keys."""
         self._check_open()
         if len(keys) != len(values):
             raise ValueError(f"store {self.store_id!r}: ingest of {len(keys)} key(s) and "
                              f"{len(values)} value(s)")
+        if len(self._cache) or (self._flushed and not self._ingested):
+            raise StateStoreClosedError(f"store {self.store_id!r}: ingest only into a "
+                                        f"transaction without other writes")
         if not keys:
             return
-        self._flush()
         self._flushed = True
         prefix = cf_prefix(cf)
         self._instance.engine.apply_ordered([prefix + key for key in keys], values,
@@ -206,13 +209,17 @@ class ChangelogStateStore(StateStore):
 
     def commit(self, *, materialize: bool = False) -> CheckpointInfo:
         self._check_open()
-        if self._ingested and not materialize:
+        if self._ingested and (not materialize or len(self._cache)):
             self.abort()
             raise StateStoreClosedError(
                 f"store {self.store_id!r}: {self._ingested} key(s) were ingested without the "
-                f"changelog, so the commit must be a snapshot: call commit(materialize=True)")
+                f"changelog, so the commit must be a snapshot of them alone: call "
+                f"commit(materialize=True) with no other writes")
         try:
-            info = self._instance.commit(self._marker, self._cache, materialize)
+            if self._ingested:
+                info = self._instance.commit_snapshot_only(self._marker)
+            else:
+                info = self._instance.commit(self._marker, self._cache, materialize)
         except BaseException:
             self._instance.dirty = True
             self._end(ABORTED)
