@@ -15,85 +15,34 @@ from pathlib import Path
 
 import pytest
 
-from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
-from pyspark_dstl.backend.lineage.commit_entry import CommitEntry, OperatorCommit
+from pyspark_dstl.backend.lineage.commit_entry import CommitEntry
 from pyspark_dstl.backend.ops.cli import main
-from pyspark_dstl.backend.spark.codec.key_routing import grouping_key
-from pyspark_dstl.backend.spark.codec.spark_hash import partition_of
-from pyspark_dstl.backend.spark.codec.values import encode_key, encode_user_key, encode_value
-from pyspark_dstl.backend.spark.time.timers import BY_EXPIRY_CF, BY_KEY_CF, expiry_bytes
 from tests.support import S3Env
 from tests.support.backend import OPERATOR, BackendEnv, file_env, s3_env
 from tests.support.moto_server import ACCESS_KEY, REGION, SECRET_KEY
+from tests.support.rescale import (
+    KEY_TYPES,
+    Content,
+    build_checkpoint,
+    check_layout,
+    latest_entry,
+    users,
+)
 
-USERS = [f"user-{i}" for i in range(400)]
+USERS = users(400)
 OLD, NEW = 3, 5
-Content = set[tuple[str, bytes, bytes]]
 
 
-def stored_rows(user: str, i: int) -> list[tuple[str, bytes, bytes]]:
-    """What the stateful stage stores for one key: a value, a map entry and a timer."""
-    key = encode_key([user])
-    expiry = expiry_bytes(1_000 * i)
-    return [("value/count", key, encode_value(i, None, "count")),
-            ("map/seen", key + encode_user_key(("a", i), "seen"), encode_value(True, None, "s")),
-            (BY_KEY_CF, key + expiry, b""), (BY_EXPIRY_CF, expiry + key, b"")]
-
-
-def build(env: BackendEnv, batches: int = 2, key_types: list[str] | None = None) -> Content:
-    """`batches` committed batches over OLD partitions, keys where Spark's hash puts them."""
-    backend = env.backend()
-    infos: dict[int, CheckpointInfo] = {}
-    for batch_id in range(batches):
-        for partition in range(OLD):
-            base = infos.get(partition)
-            store = env.provider(backend, partition).get_store(
-                base.version if base else 0, base)
-            for i, user in enumerate(USERS):
-                if partition_of([user], ["string"], OLD) == partition and i % batches == batch_id:
-                    for cf, key, value in stored_rows(user, i):
-                        store.put(key, value, cf)
-            infos[partition] = store.commit(materialize=batch_id == 0)
-        extra = {"key_columns": ["user"]}
-        if key_types is not None:
-            extra["key_types"] = key_types
-        env.commit_log().write(batch_id, CommitEntry(
-            batch_id, {OPERATOR: OperatorCommit(OLD, dict(infos))}, extra=extra))
-    env.close()  # the lease goes: the root looks like a stopped query's
-    return {row for i, user in enumerate(USERS) for row in stored_rows(user, i)}
+def build(env: BackendEnv, key_types: list[str] | None = KEY_TYPES) -> Content:
+    return build_checkpoint(env, OLD, USERS, key_types=key_types)
 
 
 def latest(env: BackendEnv) -> CommitEntry:
-    found = env.commit_log().latest()
-    assert found is not None
-    env.close()
-    return found[1]
-
-
-def content_by_partition(env: BackendEnv, entry: CommitEntry) -> dict[int, Content]:
-    backend = env.backend()
-    result: dict[int, Content] = {}
-    for partition, info in entry.operators[OPERATOR].stores.items():
-        store = env.provider(backend, partition).get_store(info.version, info)
-        result[partition] = {(cf, key, value) for cf in store.column_families()
-                             for key, value in store.iterator(cf)}
-        store.abort()
-    env.close()
-    return result
+    return latest_entry(env)
 
 
 def assert_layout(env: BackendEnv, partitions: int, content: Content) -> None:
-    """The newest entry has `partitions` stores holding exactly `content`, each key in the
-    partition Spark's hash assigns."""
-    entry = latest(env)
-    assert entry.operators[OPERATOR].num_partitions == partitions
-    stored = content_by_partition(env, entry)
-    assert sorted(stored) == list(range(partitions))
-    assert set().union(*stored.values()) == content
-    assert sum(len(rows) for rows in stored.values()) == len(content)
-    for partition, rows in stored.items():
-        for cf, key, _ in rows:
-            assert partition_of(grouping_key(cf, key), ["string"], partitions) == partition
+    check_layout(env, content, partitions)
 
 
 def rescale(env: BackendEnv, *args: str) -> tuple[int, str]:
@@ -110,7 +59,7 @@ def env(tmp_path: Path) -> Iterator[BackendEnv]:
 
 
 def test_rescale_puts_every_key_and_timer_where_sparks_hash_assigns_it(env: BackendEnv) -> None:
-    content = build(env, key_types=["string"])
+    content = build(env)
     status, text = rescale(env, "--partitions", str(NEW))
     assert status == 0, text
     assert f"from {OLD} to {NEW} partition(s)" in text
@@ -119,7 +68,7 @@ def test_rescale_puts_every_key_and_timer_where_sparks_hash_assigns_it(env: Back
 
 def test_rescaled_stores_are_new_stores_numbered_after_the_old_versions(
         env: BackendEnv) -> None:
-    build(env, key_types=["string"])
+    build(env)
     before = latest(env).operators[OPERATOR].stores
     assert rescale(env, "--partitions", str(NEW))[0] == 0
     after = latest(env).operators[OPERATOR].stores
@@ -133,7 +82,7 @@ def test_rescaled_stores_are_new_stores_numbered_after_the_old_versions(
 
 def test_rescale_is_a_new_generation_of_the_newest_batch_recording_what_it_did(
         env: BackendEnv) -> None:
-    build(env, key_types=["string"])
+    build(env)
     assert rescale(env, "--partitions", str(NEW))[0] == 0
     generations = env.commit_log().generations()
     env.close()
@@ -145,14 +94,14 @@ def test_rescale_is_a_new_generation_of_the_newest_batch_recording_what_it_did(
 
 
 def test_rescale_down_and_back_keeps_the_state(env: BackendEnv) -> None:
-    content = build(env, key_types=["string"])
+    content = build(env)
     for partitions in (7, 2, 1, OLD):
         assert rescale(env, "--partitions", str(partitions))[0] == 0
         assert_layout(env, partitions, content)
 
 
 def test_inspect_and_verify_show_the_layout_of_every_batch(env: BackendEnv) -> None:
-    build(env, key_types=["string"])
+    build(env)
     assert rescale(env, "--partitions", str(NEW))[0] == 0
     for command in ("inspect", "verify"):
         out = io.StringIO()
@@ -169,7 +118,7 @@ def test_inspect_and_verify_show_the_layout_of_every_batch(env: BackendEnv) -> N
 
 
 def test_rescale_to_the_same_count_changes_nothing(env: BackendEnv) -> None:
-    build(env, key_types=["string"])
+    build(env)
     status, text = rescale(env, "--partitions", str(OLD))
     assert status == 0 and "nothing to do" in text
     assert latest(env).extra.get("rescale") is None
@@ -177,7 +126,7 @@ def test_rescale_to_the_same_count_changes_nothing(env: BackendEnv) -> None:
 
 def test_a_checkpoint_without_recorded_key_types_needs_them_named(
         env: BackendEnv, capsys: pytest.CaptureFixture[str]) -> None:
-    content = build(env)
+    content = build(env, key_types=None)
     assert rescale(env, "--partitions", str(NEW))[0] == 2
     assert "--key-types" in capsys.readouterr().err
     assert latest(env).operators[OPERATOR].num_partitions == OLD
@@ -190,7 +139,7 @@ def test_a_checkpoint_without_recorded_key_types_needs_them_named(
 def test_rescale_on_s3_puts_every_key_where_sparks_hash_assigns_it(s3: S3Env,
                                                                    tmp_path: Path) -> None:
     made = s3_env(s3, tmp_path)
-    content = build(made, key_types=["string"])
+    content = build(made)
     status, text = rescale(made, "--partitions", str(NEW), "--s3-endpoint", s3.endpoint_url,
                            "--s3-region", REGION,
                            "--conf", f"spark.dstl.changelog.s3.accessKeyId={ACCESS_KEY}",
@@ -221,7 +170,7 @@ def run_tool(env: BackendEnv, kill: str | None) -> subprocess.CompletedProcess[s
 @pytest.mark.parametrize("kill", KILL_POINTS)
 def test_a_kill_during_a_rescale_leaves_one_whole_layout_and_a_rerun_finishes_it(
         env: BackendEnv, kill: str) -> None:
-    content = build(env, key_types=["string"])
+    content = build(env)
     killed = run_tool(env, kill)
     assert killed.returncode == -9, killed.stderr
     partitions = latest(env).operators[OPERATOR].num_partitions
