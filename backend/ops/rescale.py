@@ -21,6 +21,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +41,8 @@ Route = Callable[[str, Sequence[bytes]], np.ndarray]
 """(column family, stored keys) -> the new partition of each key."""
 
 CHUNK_KEYS = 100_000
+PARALLEL_LOADS = 2  # old stores restored ahead of the one being read
+PARALLEL_COMMITS = 4  # new stores snapshotting and uploading at once
 
 
 class RescaleError(BackendError):
@@ -54,7 +57,8 @@ class RescaleStats:
     keys_moved: int = 0  # keys whose partition number changed
     bytes_read: int = 0  # snapshot + changelog bytes of the old stores (a restore of them)
     bytes_written: int = 0  # snapshot bytes of the new stores
-    read_seconds: float = 0.0
+    load_seconds: float = 0.0  # restoring the old stores (in the background, summed)
+    read_seconds: float = 0.0  # reading, routing and ingesting their keys
     write_seconds: float = 0.0
     seconds: float = 0.0
     keys_per_partition: dict[int, int] = field(default_factory=dict)
@@ -62,6 +66,7 @@ class RescaleStats:
     def to_dict(self) -> dict[str, Any]:
         return {"keys": self.keys, "keys_moved": self.keys_moved,
                 "bytes_read": self.bytes_read, "bytes_written": self.bytes_written,
+                "load_seconds": round(self.load_seconds, 3),
                 "read_seconds": round(self.read_seconds, 3),
                 "write_seconds": round(self.write_seconds, 3),
                 "seconds": round(self.seconds, 3),
@@ -94,9 +99,12 @@ def rescale_stores(options: BackendOptions, url: str, operator: str,
             targets = [_empty_store(writing, url, operator, p, after)
                        for p in range(partitions)]
             try:
-                for partition, info in sorted(sources.items()):
-                    _move(reading, url, operator, partition, info, targets, route, stats)
-                    reading.release(url, operator, partition)
+                with ThreadPoolExecutor(PARALLEL_LOADS, "dstl-rescale-load") as loads:
+                    loading = {p: loads.submit(_load, reading, url, operator, p, info)
+                               for p, info in sorted(sources.items())}
+                    for partition, info in sorted(sources.items()):
+                        _move(loading.pop(partition), partition, info, targets, route, stats)
+                        reading.release(url, operator, partition)
                 infos = _commit_all(targets, stats)
             except BaseException:
                 for store in targets:
@@ -120,12 +128,21 @@ def _empty_store(backend: StateBackend, url: str, operator: str, partition: int,
     return provider.get_empty_store_after(after)
 
 
-def _move(reading: StateBackend, url: str, operator: str, partition: int,
+def _load(reading: StateBackend, url: str, operator: str, partition: int,
+          info: CheckpointInfo) -> tuple[ChangelogStateStore, float]:
+    began = time.monotonic()
+    store = reading.provider(url, operator, partition).get_store(info.version, info)
+    assert isinstance(store, ChangelogStateStore)
+    return store, time.monotonic() - began
+
+
+def _move(loading: Future[tuple[ChangelogStateStore, float]], partition: int,
           info: CheckpointInfo, targets: list[ChangelogStateStore], route: Route,
           stats: RescaleStats) -> None:
-    """Every key of one old store into the target stores, a chunk at a time."""
+    """Every key of one old store (restored in the background) into the target stores, a
+    chunk at a time."""
+    source, load_seconds = loading.result()
     began = time.monotonic()
-    source = reading.provider(url, operator, partition).get_store(info.version, info)
     stats.bytes_read += restore_bytes(info)
     try:
         for cf in source.column_families():
@@ -140,6 +157,7 @@ def _move(reading: StateBackend, url: str, operator: str, partition: int,
             _distribute(cf, keys, values, partition, targets, route, stats)
     finally:
         source.abort()
+    stats.load_seconds += load_seconds
     stats.read_seconds += time.monotonic() - began
 
 
@@ -167,15 +185,22 @@ def _distribute(cf: str, keys: list[bytes], values: list[bytes], old_partition: 
 
 def _commit_all(targets: list[ChangelogStateStore],
                 stats: RescaleStats) -> dict[int, CheckpointInfo]:
+    """Each new store's snapshot, several uploading at once."""
     began = time.monotonic()
-    infos: dict[int, CheckpointInfo] = {}
-    for partition, store in enumerate(targets):
+
+    def commit(store: ChangelogStateStore) -> CheckpointInfo:
         info = store.commit(materialize=True)
+        kill_point("rescale_store_committed")
+        return info
+
+    with ThreadPoolExecutor(PARALLEL_COMMITS, "dstl-rescale-commit") as pool:
+        committed = list(pool.map(commit, targets))
+    infos: dict[int, CheckpointInfo] = {}
+    for partition, info in enumerate(committed):
         if info.materialized is None:
             raise RescaleError(f"store {info.store_id!r}: the rescale's commit produced no "
                                f"snapshot")
         stats.bytes_written += info.materialized.total_bytes
         infos[partition] = info
-        kill_point("rescale_store_committed")
     stats.write_seconds = time.monotonic() - began
     return infos
