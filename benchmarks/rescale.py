@@ -178,7 +178,7 @@ def tabulate(report: Report, kind: str, results: dict[str, list[dict[str, Any]]]
                  f"and ingest their keys; write = snapshot and upload the new stores",
                  ["phase", "p50 s"], phases)
     value = ratio(rescale["p50"], restore["p50"])
-    report.goal(f"rescale {plan['from']} -> {plan['to']} of {plan['keys']:,} keys ({kind})",
+    report.goal(f"9. rescale {plan['from']} -> {plan['to']} of {plan['keys']:,} keys ({kind})",
                 "rescale <= 1.5x a restore of the same state", f"{value:.2f}x restore", value,
                 value <= 1.5)
 

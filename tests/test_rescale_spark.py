@@ -5,6 +5,7 @@ rescales when `spark.sql.shuffle.partitions` changes."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -192,3 +193,48 @@ def test_the_switch_rescales_when_shuffle_partitions_change(dropin: Any, tmp_pat
         model = count_model(frames[: batch_id + 1])
         assert {row["user"]: row["count"] for row in outputs[batch_id]} == \
             {user: model[user] for user in set(frames[batch_id]["user"])}
+
+
+def test_a_query_with_other_key_column_types_is_refused_naming_them(spark: Any,
+                                                                   tmp_path: Path) -> None:
+    from pyspark_dstl.backend.spark import PartitionCountError
+
+    frames = make_batches(2, rows=100, keys=30, seed=24)
+    checkpoint = tmp_path / "ckpt"
+    count_stream(spark, frames[0], checkpoint, 2).run_batch(batch_frame(spark, frames[0]), 0)
+    numbered = batch_frame(spark, frames[1]).selectExpr(
+        "cast(length(user) as int) as user", "v")
+    stream = (stateful(numbered).group_by("user")
+              .process(CountProcessor(), COUNT_SCHEMA, checkpoint=str(checkpoint)))
+    with pytest.raises(PartitionCountError, match=r"types \['string'\].*\['int'\]"):
+        stream.run_batch(numbered, 1)
+
+
+def test_a_checkpoint_that_records_no_key_types_rescales_with_the_querys(
+        spark: Any, tmp_path: Path) -> None:
+    """Entries written before rescaling existed lack `key_types`: the query's types serve."""
+    from pyspark_dstl.backend.lineage.fencing import acquire
+    from pyspark_dstl.backend.options import FencingOptions
+
+    frames = make_batches(3, rows=300, keys=100, seed=25)
+    checkpoint = tmp_path / "ckpt"
+    for batch_id in range(2):
+        count_stream(spark, frames[batch_id], checkpoint, 4).run_batch(
+            batch_frame(spark, frames[batch_id]), batch_id)
+    storage = ChangelogStorage(checkpoint.as_uri(), ChangelogOptions())
+    lease = acquire(storage, FencingOptions())
+    try:  # the newest entry as an older version wrote it: no key types
+        log = CommitLog(storage)
+        entry = log.read(1)
+        legacy = {k: v for k, v in entry.extra.items() if k != "key_types"}
+        log.write(1, dataclasses.replace(entry, extra=legacy), lease=lease, rerun=True)
+    finally:
+        lease.release()
+        storage.close()
+    assert "key_types" not in commit_entries(str(checkpoint))[1].extra
+    count_stream(spark, frames[2], checkpoint, 3).run_batch(batch_frame(spark, frames[2]), 2)
+    entry = commit_entries(str(checkpoint))[2]
+    assert entry.operators["stateful"].num_partitions == 3
+    assert entry.extra["key_types"] == ["string"] and entry.extra["rescale"]["to_partitions"] == 3
+    assert stored_counts(spark, str(checkpoint)) == count_model(frames)
+    assert_keys_where_spark_hashes_them(spark, str(checkpoint), 3)
