@@ -14,7 +14,14 @@ round, from cold local directories:
 Bytes: what each reads from the checkpoint (snapshot files) and what the rescale writes. On S3
 the proxy's byte counts are recorded too, and requests get the recovery benchmark's latency.
 
-    python -m benchmarks.rescale [--quick] [--storage file,s3] [--keys 1000000]
+Beside them (file only, unless --no-spark): Spark's own offline repartition
+(`StreamingCheckpointManager.repartition`, Spark 4.2+, reached in PySpark 4.3 as
+`spark._streamingCheckpointManager`) of an equal Spark checkpoint: a stopped streaming
+`groupBy(k).agg(max(v))` over the same number of keys with 100-character values, RocksDB state
+store provider, `from` shuffle partitions, local[2]; each round repartitions it to `to` and
+back.
+
+    python -m benchmarks.rescale [--quick] [--storage file,s3] [--keys 1000000] [--no-spark]
 """
 
 from __future__ import annotations
@@ -153,6 +160,75 @@ def run_storage(args: argparse.Namespace, target: Target, plan: dict[str, Any],
     return results
 
 
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+
+def run_spark(args: argparse.Namespace, plan: dict[str, Any], work: Path,
+              ) -> list[dict[str, Any]]:
+    """Spark's offline repartition of an equal Spark checkpoint, `from` -> `to` and back."""
+    import pandas as pd
+    from pyspark.sql import functions as F
+
+    from tests.support.spark import build_session
+
+    spark = build_session(master="local[2]", app_name="pyspark-dstl-bench-rescale", extra={
+        "spark.sql.shuffle.partitions": str(plan["from"]),
+        "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER})
+    try:
+        rng = np.random.default_rng(args.seed)
+        letters = rng.integers(97, 123, size=(plan["keys"], VALUE_SIZE), dtype=np.uint8)
+        inputs = work / "spark-in"
+        inputs.mkdir(parents=True)
+        pd.DataFrame({"k": np.arange(plan["keys"], dtype=np.int64),
+                      "v": [row.tobytes().decode() for row in letters]}).to_parquet(
+            inputs / "part-0.parquet")
+        checkpoint = work / "spark-checkpoint"
+        began = time.perf_counter()
+        query = (spark.readStream.schema("k long, v string").parquet(str(inputs))
+                 .groupBy("k").agg(F.max("v").alias("v")).writeStream.format("noop")
+                 .outputMode("update").option("checkpointLocation", str(checkpoint))
+                 .trigger(availableNow=True).start())
+        query.awaitTermination()
+        state_bytes = sum(f.stat().st_size for f in (checkpoint / "state").rglob("*")
+                          if f.is_file())
+        print(f"  spark: built its checkpoint ({state_bytes / 1e6:.0f} MB of state) in "
+              f"{time.perf_counter() - began:.1f} s", flush=True)
+        manager = spark._streamingCheckpointManager
+        results = []
+        for number in range(plan["rounds"]):
+            timed = {"state_bytes": state_bytes}
+            for label, partitions in (("to", plan["to"]), ("back", plan["from"])):
+                began = time.perf_counter()
+                manager.repartition(str(checkpoint), partitions)
+                timed[f"{label}_seconds"] = time.perf_counter() - began
+            print(f"  spark: round {number + 1}/{plan['rounds']}: repartition "
+                  f"{timed['to_seconds']:.2f} s, back {timed['back_seconds']:.2f} s",
+                  flush=True)
+            results.append(timed)
+        return results
+    finally:
+        spark.stop()
+
+
+def tabulate_spark(report: Report, ours: dict[str, list[dict[str, Any]]],
+                   spark: list[dict[str, Any]], plan: dict[str, Any]) -> None:
+    rescale = summarize([r["seconds"] for r in ours["rescale"]])
+    to = summarize([r["to_seconds"] for r in spark])
+    back = summarize([r["back_seconds"] for r in spark])
+    rows = [[f"pyspark-dstl rescale {plan['from']} -> {plan['to']}", rescale["n"],
+             rescale["p50"], ours["rescale"][0]["bytes_read"] / 1e6, 1.0],
+            [f"Spark repartition {plan['from']} -> {plan['to']}", to["n"], to["p50"],
+             spark[0]["state_bytes"] / 1e6, ratio(to["p50"], rescale["p50"])],
+            [f"Spark repartition {plan['to']} -> {plan['from']}", back["n"], back["p50"],
+             spark[0]["state_bytes"] / 1e6, ratio(back["p50"], rescale["p50"])]]
+    report.table(f"Against Spark's offline repartition on file:// ({plan['keys']:,} keys)",
+                 ["operation", "n", "p50 s", "state MB", "time vs pyspark-dstl"], rows)
+    value = ratio(to["p50"], rescale["p50"])
+    report.goal(f"9. rescale {plan['from']} -> {plan['to']} of {plan['keys']:,} keys vs Spark",
+                "far less time than Spark's offline repartition of an equal checkpoint",
+                f"Spark takes {value:.1f}x as long", value, value > 1.0)
+
+
 def tabulate(report: Report, kind: str, results: dict[str, list[dict[str, Any]]],
              plan: dict[str, Any]) -> None:
     restore = summarize([r["seconds"] for r in results["restore"]])
@@ -188,6 +264,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         (["--storage"], {"default": "file,s3", "help": "comma-separated: file, s3"}),
         (["--keys"], {"type": int, "default": None}),
         (["--rounds"], {"type": int, "default": None}),
+        (["--no-spark"], {"action": "store_true",
+                          "help": "leave out Spark's own repartition (file only otherwise)"}),
     ])
     plan = plan_of(args, QUICK, FULL, ("keys", "rounds"))
     kinds = [k.strip() for k in args.storage.split(",") if k.strip()]
@@ -211,6 +289,11 @@ def main(argv: Sequence[str] | None = None) -> None:
                     target = Target("file", file_url(work / "remote"), ChangelogOptions())
                     measured[kind] = run_storage(args, target, plan, work)
             tabulate(report, kind, measured[kind], plan)
+        if "file" in measured and not args.no_spark:
+            with scratch(args, "rescale-spark") as work:
+                spark = run_spark(args, plan, work)
+            tabulate_spark(report, measured["file"], spark, plan)
+            report.put("spark_samples", spark)
     report.put("samples", measured)
     report.save()
 

@@ -46,6 +46,7 @@ _SPARK_NAMES = {
     "StateDecodingError": "pyspark_dstl.backend.spark.errors",
     "StateVariableError": "pyspark_dstl.backend.spark.errors",
     "PartitionCountError": "pyspark_dstl.backend.spark.errors",
+    "RescaleError": "pyspark_dstl.backend.ops.rescale",
     "CommitValidationError": "pyspark_dstl.backend.spark.errors",
     "OutputSchemaError": "pyspark_dstl.backend.spark.errors",
     "ImportStateError": "pyspark_dstl.backend.spark.dropin.spark_checkpoint",

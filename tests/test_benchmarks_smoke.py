@@ -154,7 +154,9 @@ def test_rescale_moves_every_key_and_reads_what_a_restore_reads(runs: Runs) -> N
             result["samples"][kind]["rescale"][0]
         assert rescale["keys"] == 2000 and rescale["bytes_read"] == restore["bytes_read"] > 0
         assert sum(rescale["keys_per_partition"].values()) == 2000
-    assert len(result["goals"]) == 2
+    assert [set(r) for r in result["spark_samples"]] == [{"state_bytes", "to_seconds",
+                                                          "back_seconds"}]
+    assert len(result["goals"]) == 3
 
 
 def test_space_measures_storage_after_every_batch_for_each_retention(runs: Runs) -> None:

@@ -117,6 +117,14 @@ def test_inspect_and_verify_show_the_layout_of_every_batch(env: BackendEnv) -> N
         [(0, OLD), (1, NEW)]
 
 
+def test_a_partition_count_below_one_is_refused_naming_the_option(
+        env: BackendEnv, capsys: pytest.CaptureFixture[str]) -> None:
+    build(env)
+    assert rescale(env, "--partitions", "0")[0] == 2
+    assert "--partitions N" in capsys.readouterr().err
+    assert latest(env).operators[OPERATOR].num_partitions == OLD
+
+
 def test_rescale_to_the_same_count_changes_nothing(env: BackendEnv) -> None:
     build(env)
     status, text = rescale(env, "--partitions", str(OLD))

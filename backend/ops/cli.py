@@ -190,8 +190,9 @@ def _rescale(args: argparse.Namespace, storage: ChangelogStorage, fencing: Fenci
     from pyspark_dstl.backend.options import BackendOptions
     from pyspark_dstl.backend.spark.driver.rescale import rescale_offline
 
-    if args.partitions is None:
-        raise ConfigError("rescale: --partitions N names the new number of state partitions")
+    if args.partitions is None or args.partitions < 1:
+        raise ConfigError("rescale: --partitions N names the new number of state partitions "
+                          "(at least 1)")
     options = BackendOptions.from_conf(tool_conf(args))
     types = [t.strip() for t in args.key_types.split(",")] if args.key_types else None
     record = rescale_offline(storage, options, fencing, args.partitions,
