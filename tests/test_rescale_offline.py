@@ -125,6 +125,20 @@ def test_a_partition_count_below_one_is_refused_naming_the_option(
     assert latest(env).operators[OPERATOR].num_partitions == OLD
 
 
+def test_the_command_runs_without_importing_pyspark(env: BackendEnv) -> None:
+    build(env)
+    script = ("import sys\n"
+              "from pyspark_dstl.backend.ops.cli import main\n"
+              f"code = main(['rescale', {env.url!r}, '--partitions', '{NEW}'])\n"
+              "assert code == 0, code\n"
+              "print(sorted(m for m in sys.modules if m.split('.')[0] == 'pyspark'))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+    assert latest(env).operators[OPERATOR].num_partitions == NEW
+
+
 def test_rescale_to_the_same_count_changes_nothing(env: BackendEnv) -> None:
     build(env)
     status, text = rescale(env, "--partitions", str(OLD))

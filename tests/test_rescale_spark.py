@@ -238,3 +238,22 @@ def test_a_checkpoint_that_records_no_key_types_rescales_with_the_querys(
     assert entry.extra["key_types"] == ["string"] and entry.extra["rescale"]["to_partitions"] == 3
     assert stored_counts(spark, str(checkpoint)) == count_model(frames)
     assert_keys_where_spark_hashes_them(spark, str(checkpoint), 3)
+
+
+def test_a_batch_run_again_after_the_rescale_it_began_with_rescales_again(
+        spark: Any, tmp_path: Path) -> None:
+    """The engine may run a committed batch again (its own commit was lost): it builds on the
+    batch before, still in the old layout, so the rescale is done again with new stores."""
+    frames = make_batches(4, rows=300, keys=100, seed=26)
+    checkpoint = tmp_path / "ckpt"
+    for batch_id, partitions in enumerate((4, 4, 3)):
+        count_stream(spark, frames[batch_id], checkpoint, partitions).run_batch(
+            batch_frame(spark, frames[batch_id]), batch_id)
+    first = commit_entries(str(checkpoint))[2]
+    count_stream(spark, frames[2], checkpoint, 3).run_batch(batch_frame(spark, frames[2]), 2)
+    again = commit_entries(str(checkpoint))[2]
+    assert again.extra["rescale"]["from_partitions"] == 4
+    assert {i.unique_id for i in again.operators["stateful"].stores.values()}.isdisjoint(
+        i.unique_id for i in first.operators["stateful"].stores.values())
+    count_stream(spark, frames[3], checkpoint, None).run_batch(batch_frame(spark, frames[3]), 3)
+    assert stored_counts(spark, str(checkpoint)) == count_model(frames)
