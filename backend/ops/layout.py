@@ -14,7 +14,12 @@ PARTITIONING = "pmod(hash(key columns), partitions)"
 def batch_layouts(log: CommitLog, problems: list[str]) -> list[dict[str, Any]]:
     """One record per committed batch (its newest generation), oldest first."""
     layouts: list[dict[str, Any]] = []
-    for batch_id in log.batch_ids():
+    try:
+        batch_ids = log.batch_ids()  # reads entries to tell them from fences
+    except CommitLogError as exc:
+        problems.append(str(exc))
+        return layouts
+    for batch_id in batch_ids:
         try:
             entry = log.read(batch_id)
         except CommitLogError as exc:
