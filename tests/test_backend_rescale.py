@@ -78,3 +78,28 @@ def test_a_write_after_an_ingest_makes_the_commit_refused(env: BackendEnv) -> No
     store.put(b"a", b"1", "value/count")
     with pytest.raises(StateStoreClosedError, match="no other writes"):
         store.commit(materialize=True)
+
+
+def test_chunked_reads_of_a_column_family_return_what_its_iterator_returns(
+        env: BackendEnv) -> None:
+    first = provider(env)
+    store = first.get_store(0)
+    for cf in ("value/a", "value/b", "value/a\xff"):
+        store.put_many([(key + cf.encode(), b"v" + key) for key in KEYS], cf=cf)
+    store.put(b"\xff\xff", b"last", "value/a")
+    info = store.commit()
+    reader = env.provider(env.backend()).get_store(1, info)
+    for cf in ("value/a", "value/b", "value/a\xff"):
+        chunks = list(reader.iterator_chunks(cf, 7))
+        assert all(len(keys) == len(values) <= 7 for keys, values in chunks)
+        flat = [(k, v) for keys, values in chunks for k, v in zip(keys, values, strict=True)]
+        assert flat == list(reader.iterator(cf))
+    reader.abort()
+
+
+def test_the_end_of_a_key_prefix_is_the_next_key_above_all_it_starts() -> None:
+    from pyspark_dstl.backend.engines.rocksdb import _prefix_end
+
+    assert _prefix_end(b"value/a\x00") == b"value/a\x01"
+    assert _prefix_end(b"a\xff\xff") == b"b"
+    assert _prefix_end(b"\xff") is None

@@ -146,15 +146,8 @@ def _move(loading: Future[tuple[ChangelogStateStore, float]], partition: int,
     stats.bytes_read += restore_bytes(info)
     try:
         for cf in source.column_families():
-            keys: list[bytes] = []
-            values: list[bytes] = []
-            for key, value in source.iterator(cf):
-                keys.append(key)
-                values.append(value)
-                if len(keys) >= CHUNK_KEYS:
-                    _distribute(cf, keys, values, partition, targets, route, stats)
-                    keys, values = [], []
-            _distribute(cf, keys, values, partition, targets, route, stats)
+            for keys, values in source.iterator_chunks(cf, CHUNK_KEYS):
+                _distribute(cf, keys, values, partition, targets, route, stats)
     finally:
         source.abort()
     stats.load_seconds += load_seconds

@@ -101,6 +101,16 @@ class ChangelogStateStore(StateStore):
     def iterator(self, cf: str = DEFAULT_CF) -> Iterator[tuple[bytes, bytes]]:
         return self.prefix_scan(b"", cf)
 
+    def iterator_chunks(self, cf: str, size: int) -> Iterator[tuple[list[bytes], list[bytes]]]:
+        """iterator() as (keys, values) lists of up to `size` entries: a bulk read of a column
+        family (a rescale reads every store whole)."""
+        self._check_open()
+        self._flush()
+        start = cf_prefix(cf)
+        width = len(start)
+        for chunk in self._instance.engine.scan_chunks(start, size):
+            yield [raw[width:] for raw, _ in chunk], [value for _, value in chunk]
+
     def column_families(self) -> list[str]:
         self._check_open()
         self._flush()
