@@ -45,13 +45,15 @@ def _rows(seed: int) -> list[tuple[Any, ...]]:
                 microseconds=rng.randrange(-10**15, 10**15)),
             float(np.float32(rng.uniform(-1e5, 1e5))) if i % 5 else rng.choice(special_doubles),
             rng.randrange(-128, 128),
+            dt.datetime(2001, 2, 3) + dt.timedelta(microseconds=rng.randrange(-10**15, 10**15)),
+            rng.randrange(-2**15, 2**15),
         ))
     return rows
 
 
 COLUMNS = [("i", "int"), ("l", "bigint"), ("s", "string"), ("d", "double"), ("b", "boolean"),
            ("bin", "binary"), ("day", "date"), ("ts", "timestamp"), ("f", "float"),
-           ("t", "tinyint")]
+           ("t", "tinyint"), ("ntz", "timestamp_ntz"), ("sh", "smallint")]
 
 
 @pytest.fixture(scope="module")
