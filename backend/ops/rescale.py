@@ -10,7 +10,10 @@ layout whole and the new stores' files as orphans of a dead attempt, which clean
 a rerun starts over with new unique ids.
 
 Old and new stores of one partition number share a store id, so the old ones are read through
-a backend of their own with its own local directory.
+a backend of their own with its own local directory (both under a scratch directory in the
+configured `stateStore.localDir`, removed afterwards). The old stores are restored two at a
+time ahead of the one being read, so the local disk may hold all of them at once, as a restore
+of every partition on one host would.
 """
 
 from __future__ import annotations
@@ -91,7 +94,8 @@ def rescale_stores(options: BackendOptions, url: str, operator: str,
     started = time.monotonic()
     stats = RescaleStats(keys_per_partition={p: 0 for p in range(partitions)})
     after = max((info.version for info in sources.values()), default=0)
-    scratch = tempfile.mkdtemp(prefix="dstl-rescale-")
+    os.makedirs(options.local_dir, exist_ok=True)  # the configured fast local disk
+    scratch = tempfile.mkdtemp(prefix="rescale-", dir=options.local_dir)
     try:
         reading = StateBackend(options.with_changes(local_dir=os.path.join(scratch, "old")))
         writing = StateBackend(options.with_changes(local_dir=os.path.join(scratch, "new")))
