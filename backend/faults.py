@@ -25,6 +25,8 @@ POINTS = (
     "commit_log_after",  # the commit log entry is durable, the writer not yet told
     "cleanup_delete",  # cleanup is about to delete one store's batch of files
     "schema_record_after",  # a new state schema record is durable, no batch committed on it
+    "rescale_store_committed",  # a rescale committed one new store, maybe not all of them
+    "rescale_stores_done",  # a rescale's new stores are durable, no commit entry names them
 )
 
 

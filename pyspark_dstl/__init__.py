@@ -87,6 +87,7 @@ _LAZY_NAMES = {
     "StatefulStreamWriter": "pyspark_dstl.backend.spark.dropin.writer",
     "StatefulTaskError": "pyspark_dstl.backend.spark",
     "StateStoreClosedError": "pyspark_dstl.backend.errors",
+    "RescaleError": "pyspark_dstl.backend.ops.rescale",
     "StaleInstallWarning": "pyspark_dstl.backend.spark.sources.discovery",
     "StateSchemaError": "pyspark_dstl.backend.spark.errors",
     "StateVariableError": "pyspark_dstl.backend.spark.errors",

@@ -1,5 +1,7 @@
 """`python -m pyspark_dstl inspect|verify|cleanup|takeover|report <checkpoint-url>`: look after
-a checkpoint root; `python -m pyspark_dstl import-state <spark-checkpoint> <checkpoint>
+a checkpoint root; `python -m pyspark_dstl rescale <checkpoint-url> --partitions N`
+redistributes a stopped query's state over N partitions (no pyspark needed);
+`python -m pyspark_dstl import-state <spark-checkpoint> <checkpoint>
 --processor module:Class` brings a stopped PySpark query's state to a new checkpoint.
 
 Every command but import-state first checks that the root exists and holds a checkpoint (exit
@@ -17,8 +19,10 @@ from typing import TextIO
 
 from pyspark_dstl.backend.errors import BackendError
 from pyspark_dstl.backend.fencing.lease import take_over
+from pyspark_dstl.backend.lineage.commit_log import CommitLog
 from pyspark_dstl.backend.ops.cleanup import CleanupReport, cleanup_checkpoint
 from pyspark_dstl.backend.ops.inspection import format_inspection, inspect_checkpoint
+from pyspark_dstl.backend.ops.layout import batch_layouts, format_layouts
 from pyspark_dstl.backend.ops.report_page import write_report
 from pyspark_dstl.backend.ops.root import require_checkpoint
 from pyspark_dstl.backend.ops.verify import verify_report
@@ -39,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                  "checkpoint root; import a stopped PySpark "
                                                  "query's state.")
     parser.add_argument("command", choices=("inspect", "verify", "cleanup", "takeover",
-                                            "report", "import-state"))
+                                            "report", "rescale", "import-state"))
     parser.add_argument("url", help="checkpoint root, e.g. s3://bucket/query or file:///path "
                                     "(import-state: the stopped Spark query's checkpoint)")
     parser.add_argument("target", nargs="?",
@@ -55,6 +59,13 @@ def build_parser() -> argparse.ArgumentParser:
                         help="cleanup: committed batches to keep (minBatchesToRetain)")
     parser.add_argument("--run", help="takeover: the run id of the holder known to be dead "
                                       "(as `inspect` shows it)")
+    parser.add_argument("--partitions", type=int,
+                        help="rescale: the new number of state partitions")
+    parser.add_argument("--operator", help="rescale: the operator name (needed when the "
+                                           "checkpoint has several)")
+    parser.add_argument("--key-types",
+                        help="rescale: the key columns' Spark types in order, e.g. "
+                             "bigint,string (only for checkpoints that do not record them)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.add_argument("-o", "--output", default="report.html",
                         help="report: the HTML file to write (default report.html)")
@@ -77,11 +88,12 @@ def tool_conf(args: argparse.Namespace) -> dict[str, str]:
         conf[CHANGELOG_CONF_PREFIX + "s3.endpoint"] = args.s3_endpoint
     if args.s3_region:
         conf[CHANGELOG_CONF_PREFIX + "s3.region"] = args.s3_region
-    unknown = [key for key in conf
-               if not key.startswith((CHANGELOG_CONF_PREFIX, FENCING_CONF_PREFIX))]
+    allowed = (CONF_PREFIX,) if args.command == "rescale" else (CHANGELOG_CONF_PREFIX,
+                                                                  FENCING_CONF_PREFIX)
+    unknown = [key for key in conf if not key.startswith(allowed)]
     if unknown:
-        raise ChangelogError(f"--conf {unknown[0]!r}: only {CHANGELOG_CONF_PREFIX}* and "
-                             f"{FENCING_CONF_PREFIX}* settings apply to the tool")
+        raise ChangelogError(f"--conf {unknown[0]!r}: only {' and '.join(allowed)}* settings "
+                             f"apply to {args.command}")
     return conf
 
 
@@ -130,6 +142,8 @@ def _run(args: argparse.Namespace, storage: ChangelogStorage, fencing: FencingOp
         return _verify(args, storage, out)
     if args.command == "takeover":
         return _take_over(args, storage, fencing, out)
+    if args.command == "rescale":
+        return _rescale(args, storage, fencing, out)
     cleanup = cleanup_checkpoint(storage, args.retain, dry_run=not args.apply, fencing=fencing)
     print(json.dumps(_cleanup_dict(cleanup), indent=1) if args.json
           else _format_cleanup(cleanup), file=out)
@@ -169,12 +183,43 @@ def _import_state(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _rescale(args: argparse.Namespace, storage: ChangelogStorage, fencing: FencingOptions,
+             out: TextIO) -> int:
+    """Keys are routed by Spark's hash computed in Python: no pyspark import."""
+    from pyspark_dstl.backend.options import BackendOptions
+    from pyspark_dstl.backend.spark.driver.rescale import rescale_offline
+
+    if args.partitions is None or args.partitions < 1:
+        raise ConfigError("rescale: --partitions N names the new number of state partitions "
+                          "(at least 1)")
+    options = BackendOptions.from_conf(tool_conf(args))
+    types = [t.strip() for t in args.key_types.split(",")] if args.key_types else None
+    record = rescale_offline(storage, options, fencing, args.partitions,
+                             operator=args.operator, key_types=types)
+    if args.json:
+        print(json.dumps(record, indent=1, sort_keys=True), file=out)
+    elif not record["changed"]:
+        print(f"operator {record['operator']!r} already has {record['partitions']} "
+              f"partition(s) at batch {record['batch_id']}: nothing to do", file=out)
+    else:
+        print(f"rescaled operator {record['operator']!r} at batch {record['batch_id']} from "
+              f"{record['from_partitions']} to {record['to_partitions']} partition(s): "
+              f"{record['keys']} key(s), {record['keys_moved']} moved, "
+              f"{record['bytes_read']} bytes read, {record['bytes_written']} bytes written, "
+              f"{record['seconds']:.2f} s; new layout in {record['commit_entry']}", file=out)
+    return 0
+
+
 def _verify(args: argparse.Namespace, storage: ChangelogStorage, out: TextIO) -> int:
     report = verify_report(storage)
+    layouts = batch_layouts(CommitLog(storage), [])  # unreadable entries: already problems
     if args.json:
         print(json.dumps({"problems": report.problems, "checkpoints": report.checkpoints,
-                          "uncommitted": report.uncommitted}, indent=1), file=out)
+                          "uncommitted": report.uncommitted, "layouts": layouts}, indent=1),
+              file=out)
     else:
+        for line in format_layouts(layouts):
+            print(line, file=out)
         for problem in report.problems:
             print(problem, file=out)
         for attempt in report.uncommitted:

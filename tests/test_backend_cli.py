@@ -84,7 +84,8 @@ def test_verify_passes_a_sound_checkpoint(
     env, _ = checkpoint
     # versions 1, 2 and 3, and the attempt of version 3 that completed its commit but lost
     assert run("verify", env.url) == (
-        0, "4 checkpoint(s), 0 uncommitted attempt(s), 0 problem(s)\n")
+        0, "layout batches 0-2: agg 1 partition(s) by pmod(hash(key columns), partitions)\n"
+           "4 checkpoint(s), 0 uncommitted attempt(s), 0 problem(s)\n")
 
 
 def test_verify_catches_a_flipped_byte_in_a_changelog(

@@ -34,6 +34,7 @@ TINY = {
     "spark_e2e": ["--modes", "a2,b,d,e", "--files", "1"],
     "spark_timers": ["--modes", "vectorized,tws", "--keys", "400", "--fire-batches", "2"],
     "spark_output": ["--files", "1", "--rows-per-file", "500"],
+    "rescale": ["--keys", "2000", "--rounds", "1"],
 }
 SCRIPT_TIMEOUT = 240
 
@@ -144,6 +145,18 @@ def test_recovery_restores_every_checkpoint_and_replays_the_changelog(runs: Runs
         assert restores["snapshot + 5 batches"][0]["replayed_records"] == 5 * 4  # 1% of 400
         assert restores["snapshot only (final state)"][0]["replayed_records"] == 0
     assert len(result["goals"]) == 2
+
+
+def test_rescale_moves_every_key_and_reads_what_a_restore_reads(runs: Runs) -> None:
+    result, _ = runs.result("rescale")
+    for kind in ("file", "s3"):
+        restore, rescale = result["samples"][kind]["restore"][0], \
+            result["samples"][kind]["rescale"][0]
+        assert rescale["keys"] == 2000 and rescale["bytes_read"] == restore["bytes_read"] > 0
+        assert sum(rescale["keys_per_partition"].values()) == 2000
+    assert [set(r) for r in result["spark_samples"]] == [{"state_bytes", "to_seconds",
+                                                          "back_seconds"}]
+    assert len(result["goals"]) == 3
 
 
 def test_space_measures_storage_after_every_batch_for_each_retention(runs: Runs) -> None:

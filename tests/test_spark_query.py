@@ -11,8 +11,6 @@ from typing import Any
 import pytest
 
 from pyspark_dstl.backend.spark import (
-    PartitionCountError,
-    StatefulStream,
     stateful,
 )
 from pyspark_dstl.backend.spark.task.store_cache import store_cache
@@ -191,20 +189,6 @@ def test_grouping_key_of_an_unsupported_type_is_refused(spark: Any) -> None:
     df = spark.range(3).selectExpr("cast(id as decimal(10, 2)) as t", "id")
     with pytest.raises(ValueError, match="column 't' has type decimal"):
         stateful(df).group_by("t")
-
-
-def test_changed_partition_count_is_refused(spark: Any, tmp_path: Path) -> None:
-    frames = make_batches(2, rows=100, keys=30, seed=8)
-
-    def stream(partitions: int) -> StatefulStream:
-        return (stateful(batch_frame(spark, frames[0])).group_by("user")
-                .process(CountProcessor(), COUNT_SCHEMA, checkpoint=str(tmp_path / "ckpt"),
-                         partitions=partitions))
-
-    stream(4).run_batch(batch_frame(spark, frames[0]), 0)
-    with pytest.raises(PartitionCountError, match="has 4 state partitions but the query "
-                                                  "asks for 3"):
-        stream(3).run_batch(batch_frame(spark, frames[1]), 1)
 
 
 def test_state_reader_returns_the_model_state_of_any_retained_batch(spark: Any,

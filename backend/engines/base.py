@@ -64,6 +64,18 @@ class Engine(ABC):
     def scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Every (physical key, value) starting with `prefix`, from a consistent view."""
 
+    def scan_chunks(self, prefix: bytes, size: int) -> Iterator[list[tuple[bytes, bytes]]]:
+        """scan(), `size` items at a time: a bulk read (a rescale reads whole stores). Engines
+        override it with a read that does not pass through Python per key."""
+        chunk: list[tuple[bytes, bytes]] = []
+        for item in self.scan(prefix):
+            chunk.append(item)
+            if len(chunk) >= size:
+                yield chunk
+                chunk = []
+        if chunk:
+            yield chunk
+
     @abstractmethod
     def first_key_from(self, start: bytes) -> bytes | None:
         """The smallest physical key >= start, or None."""

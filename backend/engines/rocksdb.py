@@ -6,6 +6,7 @@ import os
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from rocksdict import (
@@ -14,6 +15,7 @@ from rocksdict import (
     DBCompactionStyle,
     Options,
     Rdict,
+    ReadOptions,
     UniversalCompactOptions,
     WriteBatch,
     WriteOptions,
@@ -212,6 +214,23 @@ class RocksDBEngine(Engine):
         finally:
             del iterator  # a live iterator keeps the DB lock after close()
 
+    def scan_chunks(self, prefix: bytes, size: int) -> Iterator[list[tuple[bytes, bytes]]]:
+        """Chunks taken from rocksdict's items() bounded above by the prefix's end: the items
+        come from Rust a chunk at a time (about 8x the speed of scan() for 100-byte values)."""
+        options = ReadOptions()
+        upper = _prefix_end(prefix)
+        if upper is not None:
+            options.set_iterate_upper_bound(upper)
+        items = self._db.items(from_key=prefix, read_opt=options)
+        try:
+            while True:
+                chunk: list[tuple[bytes, bytes]] = list(islice(items, size))  # type: ignore[arg-type]
+                if not chunk:
+                    return
+                yield chunk
+        finally:
+            del items  # a live iterator keeps the DB lock after close()
+
     def first_key_from(self, start: bytes) -> bytes | None:
         iterator = self._db.iter()
         try:
@@ -246,6 +265,14 @@ class RocksDBEngine(Engine):
 
     def close(self) -> None:
         self._db.close()
+
+
+def _prefix_end(prefix: bytes) -> bytes | None:
+    """The smallest key above every key starting with `prefix`; None when there is none."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes([stripped[-1] + 1])
 
 
 def remove_db_dir(path: str) -> None:

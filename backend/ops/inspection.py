@@ -13,6 +13,7 @@ from pyspark_dstl.backend.fencing.lease import holder_of
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
 from pyspark_dstl.backend.lineage.listing import StoreDirListing, list_stores
 from pyspark_dstl.backend.ops.attempts import AttemptKey, attempts_of, read_newest_header
+from pyspark_dstl.backend.ops.layout import batch_layouts, format_layouts
 from pyspark_dstl.backend.ops.schema_records import (
     describe_schema_records,
     format_schema_records,
@@ -58,6 +59,7 @@ def inspect_checkpoint(storage: RemoteFiles) -> dict[str, Any]:
             "stores": stores,
             "state_schemas": describe_schema_records(
                 storage, latest[1] if latest is not None else None, problems),
+            "layouts": batch_layouts(commit_log, problems),
             "problems": problems}
 
 
@@ -130,6 +132,7 @@ def format_inspection(report: dict[str, Any]) -> str:
         lines.append(f"holder: run {holder['run_id']} (epoch {holder['epoch']}, "
                      f"{holder['purpose']}, pid {process['pid']} on {process['host']}), "
                      f"{state}; lease {holder['lease_seconds']:g} s")
+    lines.extend(format_layouts(report.get("layouts", [])))
     for store_id, store in report["stores"].items():
         lines.append(f"store {store_id}: {store['changelog_files']} changelog file(s) "
                      f"{store['changelog_bytes']} B, {store['snapshots']} snapshot(s), "

@@ -49,8 +49,8 @@ class QueryOptions(Options):
         shown_default="`<checkpoint>/engine` for local checkpoints")
     partitions: int | None = setting(
         "partitions", INT, None,
-        "Number of state partitions; fixed once state exists (a different number fails with "
-        "a clear error).", at_least=1,
+        "Number of state partitions; a number other than the checkpoint's rescales its state "
+        "before the first batch (docs/operations.md, Rescaling).", at_least=1,
         shown_default="as recorded in the checkpoint, else `spark.sql.shuffle.partitions`")
     operator_name: str = setting(
         "operatorName", TEXT, "stateful",

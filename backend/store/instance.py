@@ -176,6 +176,29 @@ class StoreInstance:
         self.metrics.last_commit_seconds = time.monotonic() - started
         return self.info(marker.base_unique_id)
 
+    def commit_snapshot_only(self, marker: VersionMarker) -> CheckpointInfo:
+        """Commit what was ingested into the engine as one synchronous snapshot and nothing
+        else: the first version of a store a rescale filled, built on no earlier version. No
+        changelog file is written; the manifest, uploaded last, completes the commit."""
+        started = time.monotonic()
+        self.catch_up.wait()
+        position = Position(marker.version, marker.unique_id, None, (), self.position.handle)
+        try:
+            snapshot = self.snapshots.maybe_start(self.engine, position,
+                                                  self.writer.next_sqn(), True)
+        except BaseException:
+            self.dirty = True
+            raise
+        if snapshot is None:
+            self.dirty = True
+            raise BackendError(f"store {self.store_id!r}: the snapshot of version "
+                               f"{marker.version} ({marker.unique_id}) did not complete")
+        self.position = position.on_snapshot(snapshot)
+        self.base_unique_id = None
+        self.metrics.commits += 1
+        self.metrics.last_commit_seconds = time.monotonic() - started
+        return self.info(None)
+
     def _truncate(self, snapshot: MaterializedHandle) -> None:
         """FLIP-158: the writer forgets what the snapshot holds; remote files stay for cleanup."""
         self.metrics.truncated_files.extend(self.writer.truncate(snapshot.sqn))

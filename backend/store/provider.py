@@ -9,6 +9,7 @@ files (see resolver.py). Subclasses choose the engine.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
@@ -74,6 +75,17 @@ class ChangelogProvider(StateStoreProvider):
 
     def get_store(self, version: int,
                   unique_id: str | CheckpointInfo | None = None) -> ChangelogStateStore:
+        return self._open(version, unique_id, None)
+
+    def get_empty_store_after(self, version: int) -> ChangelogStateStore:
+        """An empty store whose commit is version `version + 1`, built on nothing: a state
+        partition's first checkpoint in a new layout (a rescale). Its versions continue those
+        the store's directory already holds, so retention and cleanup order them as usual."""
+        check_version(version)
+        return self._open(0, None, version)
+
+    def _open(self, version: int, unique_id: str | CheckpointInfo | None,
+              empty_after: int | None) -> ChangelogStateStore:
         with self._mutex:
             if self._closed:
                 raise StateStoreClosedError(f"provider of store {self._store_id!r} is closed")
@@ -82,13 +94,16 @@ class ChangelogProvider(StateStoreProvider):
                 self._open_store.abort()
             started = time.monotonic()
             load: dict[str, Any]
-            if self._instance is not None and self._instance.matches(version, uid):
+            if empty_after is None and self._instance is not None and \
+                    self._instance.matches(version, uid):
                 load = {"load_kind": "reuse"}
             else:
                 load = self._load(version, uid, info)
             load["load_seconds"] = time.monotonic() - started
             instance = self._instance
             assert instance is not None
+            if empty_after is not None:
+                instance.position = dataclasses.replace(instance.position, version=empty_after)
             marker = instance.begin(new_unique_id())
             store = ChangelogStateStore(instance, marker, load, self._store_ended)
             self._open_store = store

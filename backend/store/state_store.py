@@ -38,6 +38,7 @@ class ChangelogStateStore(StateStore):
         self._info: CheckpointInfo | None = None
         self._records_before = instance.metrics.records
         self._removed_before = instance.metrics.removed
+        self._ingested = 0  # keys written by ingest(): the commit must be a snapshot
 
     @property
     def store_id(self) -> str:
@@ -99,6 +100,16 @@ class ChangelogStateStore(StateStore):
 
     def iterator(self, cf: str = DEFAULT_CF) -> Iterator[tuple[bytes, bytes]]:
         return self.prefix_scan(b"", cf)
+
+    def iterator_chunks(self, cf: str, size: int) -> Iterator[tuple[list[bytes], list[bytes]]]:
+        """iterator() as (keys, values) lists of up to `size` entries: a bulk read of a column
+        family (a rescale reads every store whole)."""
+        self._check_open()
+        self._flush()
+        start = cf_prefix(cf)
+        width = len(start)
+        for chunk in self._instance.engine.scan_chunks(start, size):
+            yield [raw[width:] for raw, _ in chunk], [value for _, value in chunk]
 
     def column_families(self) -> list[str]:
         self._check_open()
@@ -186,10 +197,39 @@ class ChangelogStateStore(StateStore):
 
     # --- end of the transaction -------------------------------------------------------------
 
+    def ingest(self, cf: str, keys: list[bytes], values: list[bytes]) -> None:
+        """Write straight into the engine, not into the changelog: how a rescale fills a new
+        partition's store. Only into a transaction with no other writes, which then commits
+        as a snapshot alone (`commit(materialize=True)`, no changelog file): the snapshot is
+        the one durable copy of these keys."""
+        self._check_open()
+        if len(keys) != len(values):
+            raise ValueError(f"store {self.store_id!r}: ingest of {len(keys)} key(s) and "
+                             f"{len(values)} value(s)")
+        if len(self._cache) or (self._flushed and not self._ingested):
+            raise StateStoreClosedError(f"store {self.store_id!r}: ingest only into a "
+                                        f"transaction without other writes")
+        if not keys:
+            return
+        self._flushed = True
+        prefix = cf_prefix(cf)
+        self._instance.engine.apply_ordered([prefix + key for key in keys], values,
+                                            deletes=False)
+        self._ingested += len(keys)
+
     def commit(self, *, materialize: bool = False) -> CheckpointInfo:
         self._check_open()
+        if self._ingested and (not materialize or len(self._cache)):
+            self.abort()
+            raise StateStoreClosedError(
+                f"store {self.store_id!r}: {self._ingested} key(s) were ingested without the "
+                f"changelog, so the commit must be a snapshot of them alone: call "
+                f"commit(materialize=True) with no other writes")
         try:
-            info = self._instance.commit(self._marker, self._cache, materialize)
+            if self._ingested:
+                info = self._instance.commit_snapshot_only(self._marker)
+            else:
+                info = self._instance.commit(self._marker, self._cache, materialize)
         except BaseException:
             self._instance.dirty = True
             self._end(ABORTED)

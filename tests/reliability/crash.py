@@ -42,6 +42,7 @@ WIRE_TARGETS = (  # (name, method, substring of the request target)
 )
 POINT_COUNTS = {"changelog_persist_before": 6, "changelog_persist_after": 6,
                 "commit_log_before": 4, "commit_log_after": 4, "cleanup_delete": 3}
+# the rescale's own points are reached by the soak's rescale rounds (rescale_round.py)
 
 
 class CrashFailure(AssertionError):

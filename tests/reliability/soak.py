@@ -7,7 +7,8 @@ proxy on 127.0.0.1). Kinds of death rotate: random moments, every library kill p
 S3 also requests held at the proxy before or after the server applied them. Every tenth round
 is a second writer started while a run holds the root (it must be refused), every tenth a
 zombie (a run paused until another took the root over, then resumed: it must stop without
-writing); these come on top of the kills. Every restart
+writing); these come on top of the kills. Every tenth round is a rescale of a root of its own,
+killed at one of the rescale's points (rescale_round.py); it counts as a kill. Every restart
 recovers and compares with the model; every 50 kills and at the end `verify` reads every file
 of both roots. The first failure stops the soak and leaves its directory for inspection.
 """
@@ -27,22 +28,29 @@ from typing import Any
 
 from pyspark_dstl.cli import main as backend_cli
 from tests.reliability.crash import CrashHarness
+from tests.reliability.rescale_round import RescaleRounds
 from tests.support import FaultProxy, MotoServer, S3Env, make_s3_env
+from tests.support.backend import file_env, s3_env
 
 VERIFY_EVERY = 50
 WRITERS_EVERY = 10
+RESCALE_ROUND = 2  # of every WRITERS_EVERY rounds
+
+
+def s3_tool_args(s3: S3Env) -> list[str]:
+    """What the command-line tool needs to reach the S3 server."""
+    storage = s3.options.storage
+    return ["--s3-endpoint", s3.endpoint_url, "--s3-region", str(storage.s3_region),
+            "--conf", f"spark.dstl.changelog.s3.accessKeyId={storage.s3_access_key_id}",
+            "--conf", f"spark.dstl.changelog.s3.secretAccessKey={storage.s3_secret_access_key}",
+            "--conf", "spark.dstl.changelog.s3.addressingStyle=path"]
 
 
 def verify_root(url: str, s3: S3Env | None = None) -> list[str]:
     """Problems `python -m backend verify` reports for the root (in-process)."""
     argv = ["verify", url, "--json"]
     if s3 is not None:
-        storage = s3.options.storage
-        argv += ["--s3-endpoint", s3.endpoint_url, "--s3-region", str(storage.s3_region),
-                 "--conf", f"spark.dstl.changelog.s3.accessKeyId={storage.s3_access_key_id}",
-                 "--conf",
-                 f"spark.dstl.changelog.s3.secretAccessKey={storage.s3_secret_access_key}",
-                 "--conf", "spark.dstl.changelog.s3.addressingStyle=path"]
+        argv += s3_tool_args(s3)
     out = io.StringIO()
     code = backend_cli(argv, out=out)
     problems: list[str] = json.loads(out.getvalue())["problems"] if out.getvalue() else []
@@ -56,9 +64,13 @@ def leaked_temp_files(root: Path) -> int:
     return sum(1 for _ in root.rglob(".tmp-*")) if root.exists() else 0
 
 
-def one_kill(harness: CrashHarness, number: int) -> None:
+def one_kill(harness: CrashHarness, number: int, rescales: RescaleRounds | None = None,
+             ) -> None:
     """Rotate the kinds of death; S3 roots also die with requests held at the proxy; every
-    tenth round a second writer, every tenth a zombie."""
+    tenth round a second writer, every tenth a zombie, every tenth a killed rescale."""
+    if rescales is not None and number % WRITERS_EVERY == RESCALE_ROUND:
+        rescales.round()
+        return
     if number % WRITERS_EVERY == WRITERS_EVERY - 1:
         harness.second_writer()
         return
@@ -71,13 +83,26 @@ def one_kill(harness: CrashHarness, number: int) -> None:
     kinds[number % len(kinds)]()
 
 
+def rescale_rounds(harness: CrashHarness, s3: S3Env | None) -> RescaleRounds:
+    """Rescale rounds on a root next to the harness's (same storage)."""
+    workdir = harness.workdir / "rescale"
+    workdir.mkdir(parents=True, exist_ok=True)
+    if s3 is None:
+        env = file_env(workdir)
+        return RescaleRounds(env, [], workdir, harness.rng, harness.stats)
+    env = s3_env(s3, workdir)
+    env.url = s3.url.rstrip("/") + "-rescale"
+    return RescaleRounds(env, s3_tool_args(s3), workdir, harness.rng, harness.stats)
+
+
 def soak(harness: CrashHarness, kills: int, s3: S3Env | None = None,
          progress: Callable[[str], None] = print) -> dict[str, Any]:
     started = time.monotonic()
     number = 0
     verify_runs = 0
+    rescales = rescale_rounds(harness, s3)
     while harness.stats.kills < kills:
-        one_kill(harness, number)
+        one_kill(harness, number, rescales)
         number += 1
         if number % VERIFY_EVERY == 0:
             problems = verify_root(harness.url, s3)
@@ -87,10 +112,12 @@ def soak(harness: CrashHarness, kills: int, s3: S3Env | None = None,
             progress(f"{harness.url}: {harness.stats.kills} kills, "
                      f"{time.monotonic() - started:.0f} s, verify clean")
     harness.verify_final()
-    problems = verify_root(harness.url, s3)
+    problems = verify_root(harness.url, s3) + verify_root(rescales.env.url, s3)
+    rescales.env.close()
     if problems:
         raise AssertionError(f"final verify: {problems}")
     result = harness.stats.as_dict()
+    result["rescale_rounds"] = rescales.rounds
     result["verify_runs"] = verify_runs + 1
     result["seconds"] = round(time.monotonic() - started, 1)
     return result

@@ -24,9 +24,10 @@ from pyspark_dstl.backend.store.state_backend import StateBackend
 from pyspark_dstl.cli import main as backend_cli
 from pyspark_dstl.materializer.options import MaterializerOptions
 from tests.reliability.child import ChildRun
-from tests.reliability.crash import WIRE_TARGETS, CrashHarness, workload_conf
+from tests.reliability.crash import POINT_COUNTS, WIRE_TARGETS, CrashHarness, workload_conf
 from tests.reliability.model import WorkloadSpec
-from tests.reliability.soak import leaked_temp_files, verify_root
+from tests.reliability.rescale_round import POINTS as RESCALE_POINTS
+from tests.reliability.soak import leaked_temp_files, rescale_rounds, verify_root
 from tests.reliability.workload import Workload
 from tests.support import FaultRule, S3Env
 from tests.support.backend import apply, s3_env, state_of
@@ -51,17 +52,34 @@ def test_random_kills_on_a_file_root_lose_no_committed_batch(tmp_path: Path) -> 
 
 
 def test_a_kill_at_every_library_kill_point_is_survived(tmp_path: Path) -> None:
-    # the workload declares no state schemas: the schema record's point has its own test
-    # (tests/test_state_schema_evolution.py)
-    points = [point for point in POINTS if point != "schema_record_after"]
     harness = file_harness(tmp_path, seed=12)
-    for point in points:
+    for point in POINT_COUNTS:
         harness.point_kill(point)
         harness.point_kill(point)
     harness.verify_final()
     assert harness.stats.points_not_reached == 0
-    assert dict(harness.stats.point_kills) == {point: 2 for point in points}
+    assert dict(harness.stats.point_kills) == {point: 2 for point in POINT_COUNTS}
     assert verify_root(harness.url) == []
+
+
+def test_every_kill_point_is_reached_by_the_workload_the_rescale_rounds_or_its_own_test() -> None:
+    # the workload declares no state schemas: the schema record's point has its own test
+    # (tests/test_state_schema_evolution.py)
+    assert set(POINTS) == set(POINT_COUNTS) | set(RESCALE_POINTS) | {"schema_record_after"}
+
+
+def test_a_kill_at_every_rescale_point_leaves_one_whole_layout_and_a_rerun_finishes(
+        tmp_path: Path) -> None:
+    harness = file_harness(tmp_path, seed=14)
+    rounds = rescale_rounds(harness, None)
+    for point in RESCALE_POINTS:
+        rounds.round(point)
+    assert rounds.rounds == len(RESCALE_POINTS) and harness.stats.points_not_reached == 0
+    assert dict(harness.stats.point_kills) == {
+        "rescale_store_committed": 1, "rescale_stores_done": 1,
+        "rescale_commit_log_before": 1, "rescale_commit_log_after": 1}
+    assert verify_root(rounds.env.url) == []
+    rounds.env.close()
 
 
 def test_kills_while_a_request_is_held_before_or_after_the_server_applied_it(

@@ -105,12 +105,17 @@ class BackendEnv:
         return CommitLog(self.storage, lease=self.lease())
 
     def close(self) -> None:
+        """Let go of the lease, the backends and the storage client; the env stays usable
+        (what is used next is opened again)."""
         if self._lease is not None:
             self._lease.release()
+            self._lease = None
         for backend in self._backends:
             backend.close()
+        self._backends.clear()
         if self._storage is not None:
             self._storage.close()
+            self._storage = None
 
 
 def file_env(tmp_path: Path, provider_class: str = ROCKSDB, **changes: Any) -> BackendEnv:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -30,6 +31,12 @@ from pyspark_dstl.backend.spark.api.initial_state import InitialState
 from pyspark_dstl.backend.spark.api.processor import AnyProcessor
 from pyspark_dstl.backend.spark.driver import query_lease as fencing
 from pyspark_dstl.backend.spark.driver import state_schemas
+from pyspark_dstl.backend.spark.driver.rescale import (
+    KEY_TYPES,
+    RESCALE,
+    rescale_in_child,
+    rescaled_entry,
+)
 from pyspark_dstl.backend.spark.errors import CommitValidationError, PartitionCountError
 from pyspark_dstl.backend.spark.options import DstlConf
 from pyspark_dstl.backend.spark.task.failures import stage_errors
@@ -51,6 +58,7 @@ from pyspark_dstl.backend.spark.time.clock import BatchClock, TimeSpec
 from pyspark_dstl.backend.spark.time.ticks import TickDemand, write_demand
 
 ADAPTIVE_EXECUTION = "spark.sql.adaptive.enabled"
+log = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
@@ -95,6 +103,7 @@ class BatchBase:
     batch_id: int | None
     entry: CommitEntry | None
     rerun: bool = False
+    rescale: Mapping[str, Any] | None = None  # this run rescaled `entry` (not yet committed)
 
     def infos(self, operator: str) -> dict[int, CheckpointInfo]:
         if self.entry is None or operator not in self.entry.operators:
@@ -116,6 +125,7 @@ class StageResult:
     clock: BatchClock | None = None
     staged: StagedOutput | None = None  # outputMode "files": the committed attempts' files
     driver_bytes: int = 0  # Arrow bytes the stage's action brought to the driver
+    key_types: list[str] = field(default_factory=list)
 
     @property
     def infos(self) -> dict[int, CheckpointInfo]:
@@ -252,6 +262,9 @@ class StatefulOperator:
         return BatchBase(previous, log.read(previous), rerun=batch_id in batches)
 
     def num_partitions(self, base: BatchBase, spark: Any) -> int:
+        """The partition count this batch runs with: as asked (builder, then
+        spark.dstl.query.partitions), else as recorded, else spark.sql.shuffle.partitions. A
+        count other than the recorded one rescales the state first (`rescaled`)."""
         recorded = None
         if base.entry is not None and self.spec.name in base.entry.operators:
             recorded = base.entry.operators[self.spec.name].num_partitions
@@ -261,16 +274,41 @@ class StatefulOperator:
                     f"checkpoint {self.checkpoint!r} groups by {tuple(keys)}; the query groups "
                     f"by {self.spec.key_columns}: the grouping key cannot change")
         requested = self.spec.partitions or self.conf.query.partitions
-        if requested is not None and recorded is not None and requested != recorded:
-            raise PartitionCountError(
-                f"checkpoint {self.checkpoint!r} has {recorded} state partitions but the query "
-                f"asks for {requested}: the number of state partitions cannot change once "
-                f"state exists (start a new checkpoint to repartition)")
         if requested is not None:
             return requested
         if recorded is not None:
             return recorded
         return int(spark.conf.get("spark.sql.shuffle.partitions"))
+
+    def key_types(self, base: BatchBase, frame: Any) -> list[str]:
+        """The key columns' Spark types; refused when they differ from the recorded ones
+        (Spark hashes an int and a bigint differently: keys would reach other partitions)."""
+        types = [frame.schema[name].dataType.simpleString() for name in self.spec.key_columns]
+        recorded = base.entry.extra.get(KEY_TYPES) if base.entry is not None else None
+        if recorded is not None and list(recorded) != types:
+            raise PartitionCountError(
+                f"checkpoint {self.checkpoint!r} was written with key column types "
+                f"{list(recorded)} for {list(self.spec.key_columns)}; the query has {types}: "
+                f"cast the key columns back (Spark hashes other types to other partitions)")
+        return types
+
+    def rescaled(self, base: BatchBase, n: int, key_types: list[str]) -> BatchBase:
+        """`base` with its state redistributed over `n` partitions when it has another count
+        (new stores, named by no commit entry until this batch's)."""
+        if base.entry is None or self.spec.name not in base.entry.operators:
+            return base
+        if base.entry.operators[self.spec.name].num_partitions == n:
+            return base
+        fencing.hold(self).check(f"rescale the state of batch {base.batch_id} to {n} "
+                                 f"partitions")
+        done = rescale_in_child(self.conf.backend_settings, self.checkpoint, base.entry,
+                                self.spec.name, n, key_types)
+        log.warning("checkpoint %s: state of batch %s rescaled from %d to %d partitions "
+                    "(%d keys, %.1f s); the next commit entry switches to the new layout",
+                    self.checkpoint, base.batch_id, done.record["from_partitions"], n,
+                    done.record["keys"], done.record["seconds"])
+        entry = rescaled_entry(base.entry, self.spec.name, done, key_types)
+        return BatchBase(base.batch_id, entry, base.rerun, rescale=done.record)
 
     def execute(self, df: Any, batch_id: int, base: BatchBase | None = None) -> StageResult:
         """Run the stateful stage once; nothing is committed to the commit log yet."""
@@ -280,6 +318,8 @@ class StatefulOperator:
         base = base if base is not None else self.base_for(batch_id)
         spark = df.sparkSession
         n = self.num_partitions(base, spark)
+        key_types = self.key_types(base, df)
+        base = self.rescaled(base, n, key_types)
         keys = [F.col(name) for name in self.spec.key_columns]
         source = df
         if self.spec.initial_state is not None and base.entry is None:
@@ -299,7 +339,7 @@ class StatefulOperator:
                                   output)
             output = None
         result = StageResult(batch_id, base, n, output, reports, time.monotonic() - started,
-                             stage.cached, clock, staged, stage.driver_bytes)
+                             stage.cached, clock, staged, stage.driver_bytes, key_types)
         try:
             self.validate(result)
         except CommitValidationError:
@@ -380,7 +420,8 @@ class StatefulOperator:
         entry = CommitEntry(
             result.batch_id,
             {self.spec.name: OperatorCommit(result.num_partitions, dict(result.infos))},
-            extra={"key_columns": list(self.spec.key_columns),
+            extra={"key_columns": list(self.spec.key_columns), KEY_TYPES: result.key_types,
+                   **({RESCALE: result.base.rescale} if result.base.rescale else {}),
                    "processor": type(self.spec.processor).__name__,
                    "output_schema": self.spec.output_schema.json(),
                    "metrics": self.metrics_of(result), "stage_seconds": result.seconds,

@@ -34,6 +34,8 @@ from pyspark_dstl.backend.spark.session import is_connect
 TEMPORARY_CHECKPOINT_SINKS = frozenset({CONSOLE, MEMORY, FOREACH, FOREACH_BATCH, "noop"})
 OUTPUT_MODES = ("append", "update")
 SESSION_CHECKPOINT = "spark.sql.streaming.checkpointLocation"
+SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
+QUERY_PARTITIONS = "spark.dstl.query.partitions"
 HADOOP_S3_SCHEMES = ("s3a://", "s3n://")
 
 
@@ -237,9 +239,15 @@ class StatefulStreamWriter:
 
         checkpoint, engine = self._checkpoints(kind)
         call, plan, frame = self._frame.stateful_call, self._frame.compat_plan, self._frame
+        # the session's shuffle partitions at start: another count than the checkpoint's
+        # rescales its state (inside foreachBatch Spark shows the engine checkpoint's count)
+        # (spark.dstl.query.partitions, when the session sets it, is the count asked for)
+        session = self._frame.sparkSession
+        shuffle = (None if _session_conf(session, QUERY_PARTITIONS)
+                   else _session_conf(session, SHUFFLE_PARTITIONS))
         stream = GroupedStateful(call.source, call.key_columns).process(
             plan.processor, plan.output_schema, checkpoint=checkpoint, time_mode=plan.time_mode,
-            initial_state=plan.initial_state)
+            initial_state=plan.initial_state, partitions=int(shuffle) if shuffle else None)
 
         def write(output: Any, batch_id: int) -> None:
             sink(frame.apply_steps(output), batch_id)

@@ -1,0 +1,150 @@
+"""Rescaling a checkpoint of backend.spark to another number of state partitions.
+
+Two ways in, one mechanism (backend/ops/rescale.py, keys routed by codec/key_routing.py):
+- online: a query started with another partition count (builder `partitions=` or
+  `spark.sql.shuffle.partitions`) rescales the state its first batch builds on; the new stores
+  become the checkpoint with that batch's commit entry. RocksDB is never opened in the driver,
+  so the work runs in a child process (`python -m` this module, JSON in and out).
+- offline: `python -m pyspark_dstl rescale <checkpoint> --partitions N` holds the checkpoint's
+  lease, rescales the newest committed batch and writes it again as that batch's next
+  generation (one create-only commit log entry); the query then starts on the new layout.
+
+Either way the switch is one commit log entry: a kill before it leaves the old layout, after
+it the new one. This module imports no pyspark.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark_dstl.backend.fencing.lease import acquire
+from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
+from pyspark_dstl.backend.lineage.commit_entry import CommitEntry, OperatorCommit
+from pyspark_dstl.backend.lineage.commit_log import CommitLog
+from pyspark_dstl.backend.ops.rescale import RescaleError, rescale_stores
+from pyspark_dstl.backend.options import BackendOptions, FencingOptions
+from pyspark_dstl.backend.spark.codec.key_routing import KeyRouter
+from pyspark_dstl.changelog.storage_service import ChangelogStorage
+
+KEY_TYPES = "key_types"  # commit entry extra: the key columns' Spark types, in order
+RESCALE = "rescale"  # commit entry extra: what the rescale that made this layout did
+PARTITIONING = "pmod(hash(key columns), partitions)"
+
+
+@dataclass(frozen=True)
+class Rescaled:
+    """New stores for an operator, and the record the commit entry keeps of their making."""
+
+    infos: dict[int, CheckpointInfo]
+    record: dict[str, Any]
+
+
+def recorded_key_types(entry: CommitEntry, url: str) -> tuple[str, ...]:
+    types = entry.extra.get(KEY_TYPES)
+    if not types:
+        raise RescaleError(
+            f"checkpoint {url!r}: batch {entry.batch_id}'s commit entry does not record the "
+            f"key columns' Spark types (written before rescaling existed): pass --key-types "
+            f"(e.g. --key-types bigint,string, in key column order), or start the query with "
+            f"its old partition count once and rescale after")
+    return tuple(str(t) for t in types)
+
+
+def operator_of(entry: CommitEntry, url: str, operator: str | None) -> str:
+    if operator is not None:
+        if operator not in entry.operators:
+            raise RescaleError(f"checkpoint {url!r}: batch {entry.batch_id} has no operator "
+                               f"{operator!r} (has {sorted(entry.operators)})")
+        return operator
+    if len(entry.operators) != 1:
+        raise RescaleError(f"checkpoint {url!r}: batch {entry.batch_id} has operators "
+                           f"{sorted(entry.operators)}: name one with --operator")
+    return next(iter(entry.operators))
+
+
+def rescale(options: BackendOptions, url: str, entry: CommitEntry, operator: str,
+            partitions: int, key_types: Sequence[str], mode: str) -> Rescaled:
+    """The stores of `entry`'s operator, redistributed over `partitions` (in this process)."""
+    commit = entry.operators[operator]
+    router = KeyRouter(key_types, partitions)
+    infos, stats = rescale_stores(options, url, operator, commit.stores, partitions, router)
+    record = {"batch_id": entry.batch_id, "from_partitions": commit.num_partitions,
+              "to_partitions": partitions, "partitioning": PARTITIONING, "mode": mode,
+              **stats.to_dict()}
+    return Rescaled(infos, record)
+
+
+def rescaled_entry(entry: CommitEntry, operator: str, rescaled: Rescaled,
+                   key_types: Sequence[str]) -> CommitEntry:
+    """`entry` with the operator's new stores, recording the rescale (a new generation)."""
+    operators = dict(entry.operators)
+    operators[operator] = OperatorCommit(rescaled.record["to_partitions"], rescaled.infos)
+    extra = {**entry.extra, KEY_TYPES: list(key_types), RESCALE: rescaled.record}
+    return dataclasses.replace(entry, operators=operators, extra=extra, writer=None)
+
+
+def rescale_offline(storage: ChangelogStorage, options: BackendOptions,
+                    fencing: FencingOptions, partitions: int, *, operator: str | None = None,
+                    key_types: Sequence[str] | None = None) -> dict[str, Any]:
+    """Rescale the newest committed batch of a stopped query; returns the rescale record
+    (`changed` False when the checkpoint already has that many partitions)."""
+    url = storage.url
+    lease = acquire(storage, fencing, purpose="rescale")
+    try:
+        log = CommitLog(storage)
+        latest = log.latest()
+        if latest is None:
+            raise RescaleError(f"checkpoint {url!r} has no committed batch: there is no state "
+                               f"to rescale (start the query with the partition count you "
+                               f"want)")
+        batch_id, entry = latest
+        name = operator_of(entry, url, operator)
+        current = entry.operators[name].num_partitions
+        if current == partitions:
+            return {"changed": False, "batch_id": batch_id, "partitions": partitions,
+                    "operator": name}
+        types = tuple(key_types) if key_types else recorded_key_types(entry, url)
+        rescaled = rescale(options, url, entry, name, partitions, types, "offline")
+        path = log.write(batch_id, rescaled_entry(entry, name, rescaled, types), lease=lease,
+                         rerun=True)
+        return {"changed": True, "operator": name, "commit_entry": path, **rescaled.record}
+    finally:
+        lease.release("rescale finished")
+
+
+def rescale_in_child(settings: Mapping[str, str], url: str, entry: CommitEntry, operator: str,
+                     partitions: int, key_types: Sequence[str]) -> Rescaled:
+    """`rescale` in a child process: the driver never opens RocksDB itself."""
+    request = {"settings": dict(settings), "url": url, "entry": entry.to_dict(),
+               "operator": operator, "partitions": partitions, "key_types": list(key_types)}
+    done = subprocess.run([sys.executable, "-m", __name__], input=json.dumps(request),
+                          capture_output=True, text=True, env=os.environ.copy(), check=False)
+    if done.returncode != 0:
+        tail = done.stderr.strip().splitlines()[-1:] or [f"exit status {done.returncode}"]
+        raise RescaleError(f"checkpoint {url!r}: rescaling operator {operator!r} to "
+                           f"{partitions} partition(s) failed: {tail[0]} (the checkpoint "
+                           f"keeps its old layout; a restart tries again)")
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    infos = {int(p): CheckpointInfo.from_dict(info) for p, info in answer["infos"].items()}
+    return Rescaled(infos, answer["record"])
+
+
+def _child_main() -> None:
+    request = json.loads(sys.stdin.read())
+    options = BackendOptions.from_conf(request["settings"])
+    entry = CommitEntry.from_dict(request["entry"])
+    done = rescale(options, request["url"], entry, request["operator"],
+                   int(request["partitions"]), request["key_types"], "online")
+    print(json.dumps({"infos": {str(p): info.to_dict() for p, info in done.infos.items()},
+                      "record": done.record}))
+
+
+if __name__ == "__main__":
+    _child_main()
