@@ -325,10 +325,11 @@ def rows(stages: int) -> list[Row]:
         ("  input: shuffle read + Arrow to Python (not split)", _task_part("input_seconds")),
         ("  store load + hand-off", _task_part("load_seconds")),
         ("    the store's own load", _store_part("load_seconds")),
-        ("    provider, local directory lock (not split)", _provider_wait),
+        ("    provider, lock, wait for the last batch's RocksDB write (not split)",
+         _provider_wait),
         ("  processor, state reads and writes (not split)", _task_part("process_seconds")),
         ("  commit", _task_part("commit_seconds")),
-        ("    final flush: changelog encode, append, RocksDB write", _store_part(
+        ("    final flush: encode and append the change set", _store_part(
             "commit_flush_seconds")),
         ("    wait for the durable changelog (upload)", _store_part(
             "commit_upload_wait_seconds")),
@@ -360,7 +361,7 @@ def counts(batches: list[dict[str, Any]]) -> dict[str, Any]:
         "Spark stages per batch": len(stages) / n,
         "shuffle written, MB per batch": sum(s.shuffle_write_bytes for s in stages) / n / 1e6,
         "store loads per batch by kind": ", ".join(
-            f"{kind} {count / n:g}" for kind, count in sorted(kinds.items())) or "-",
+            f"{kind} {count / n:.2g}" for kind, count in sorted(kinds.items())) or "-",
     }
 
 
