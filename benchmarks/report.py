@@ -26,8 +26,14 @@ BENCHMARKS = ("checkpoint_duration", "hedging", "write_path", "recovery", "space
 def md_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     lines = ["| " + " | ".join(str(h) for h in headers) + " |",
              "|" + "|".join("---" for _ in headers) + "|"]
-    lines += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in rows]
+    lines += ["| " + " | ".join(_indented(fmt(v)) for v in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def _indented(cell: str) -> str:
+    """A cell's leading spaces (a row that is part of the row above) survive Markdown."""
+    text = cell.lstrip(" ")
+    return "&nbsp;" * (len(cell) - len(text)) + text
 
 
 def load(results: Path) -> dict[str, dict[str, Any]]:
