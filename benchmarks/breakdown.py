@@ -45,9 +45,9 @@ FULL: dict[str, dict[str, Any]] = {
                "partitions": 4},
 }
 QUICK: dict[str, dict[str, Any]] = {
-    "small": {"files": 3, "rows_per_file": 2_000, "keys": 1_000, "partitions": 4},
-    "large": {"files": 3, "rows_per_file": 8_000, "keys": 10_000, "partitions": 4},
-    "timers": {"keys": 2_000, "slots": 100, "fire_batches": 2, "idle_batches": 1,
+    "small": {"files": 2, "rows_per_file": 2_000, "keys": 1_000, "partitions": 4},
+    "large": {"files": 2, "rows_per_file": 8_000, "keys": 10_000, "partitions": 4},
+    "timers": {"keys": 1_000, "slots": 100, "fire_batches": 1, "idle_batches": 1,
                "partitions": 4},
 }
 COUNT_VARIANTS = ("a", "a2", "a3", "d")  # benchmark 6's modes
