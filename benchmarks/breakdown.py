@@ -414,7 +414,20 @@ def sample(batch: dict[str, Any]) -> dict[str, Any]:
                 "stage_seconds": progress.stage_seconds, "sink_seconds": progress.sink_seconds,
                 "commit_log_seconds": progress.commit_log_seconds,
                 "total_seconds": progress.total_seconds, "metrics": progress.metrics},
-            "tasks": batch.get("tasks", [])}
+            "tasks": [_task_sample(task) for task in batch.get("tasks", [])]}
+
+
+TASK_FIELDS = ("partition", "input_rows", "keys", "task_seconds", "input_seconds",
+               "load_seconds", "process_seconds", "commit_seconds")
+STORE_FIELDS = ("load_kind", "load_seconds", "commit_flush_seconds",
+                "commit_upload_wait_seconds")
+
+
+def _task_sample(task: dict[str, Any]) -> dict[str, Any]:
+    """The task statistics the rows read (the whole report would make the JSON heavy)."""
+    store = task.get("store") or {}
+    return {**{name: task.get(name) for name in TASK_FIELDS},
+            "store": {name: store.get(name) for name in STORE_FIELDS}}
 
 
 # --- the workloads ------------------------------------------------------------------------
