@@ -20,14 +20,20 @@ from benchmarks.harness import IMG_DIR, REPO_ROOT, RESULTS_DIR, fmt
 
 DOC = REPO_ROOT / "docs" / "benchmarks.md"
 BENCHMARKS = ("checkpoint_duration", "hedging", "write_path", "recovery", "space", "spark_e2e",
-              "spark_timers", "spark_output", "rescale")
+              "spark_timers", "spark_output", "rescale", "breakdown")
 
 
 def md_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     lines = ["| " + " | ".join(str(h) for h in headers) + " |",
              "|" + "|".join("---" for _ in headers) + "|"]
-    lines += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in rows]
+    lines += ["| " + " | ".join(_indented(fmt(v)) for v in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def _indented(cell: str) -> str:
+    """A cell's leading spaces (a row that is part of the row above) survive Markdown."""
+    text = cell.lstrip(" ")
+    return "&nbsp;" * (len(cell) - len(text)) + text
 
 
 def load(results: Path) -> dict[str, dict[str, Any]]:

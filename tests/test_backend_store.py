@@ -394,3 +394,14 @@ def test_metrics_count_this_transactions_updates_and_removes(any_env: BackendEnv
     metrics = store.metrics()
     assert (metrics["rows_updated"], metrics["rows_removed"]) == (1, 1)
     assert metrics["memory_bytes"] > 0 and metrics["disk_bytes"] >= 0
+
+
+def test_metrics_split_a_commit_into_its_final_flush_and_the_upload_wait(
+        any_env: BackendEnv) -> None:
+    store = any_env.provider(any_env.backend()).get_store(0)
+    store.put_many([(b"k%d" % i, b"v") for i in range(100)])
+    store.commit()
+    metrics = store.metrics()
+    flush, wait = metrics["commit_flush_seconds"], metrics["commit_upload_wait_seconds"]
+    assert flush > 0 and wait > 0
+    assert flush + wait <= metrics["last_commit_seconds"]

@@ -72,6 +72,26 @@ def test_state_metrics_count_rows_keys_and_loads(spark: Any, tmp_path: Path) -> 
     assert first["upload_requests"] >= first["uploads"] >= 2  # a changelog file per store
 
 
+def test_a_tasks_time_splits_into_input_load_process_and_commit(spark: Any,
+                                                                  tmp_path: Path) -> None:
+    stream, _ = run_query(spark, tmp_path, batches=1)
+    metrics = stream.progress[0].metrics
+    parts = ("input_seconds", "load_seconds", "process_seconds", "commit_seconds")
+    assert all(metrics[name] > 0 for name in parts)
+    # each is the slowest task's, so their sum can exceed one task but not all tasks together
+    assert max(metrics[name] for name in parts) <= metrics["task_seconds"]
+    assert sum(metrics[name] for name in parts) <= 2 * metrics["task_seconds"]
+
+
+def test_a_commit_splits_into_its_final_flush_and_the_wait_for_the_upload(
+        spark: Any, tmp_path: Path) -> None:
+    stream, _ = run_query(spark, tmp_path, batches=1)
+    metrics = stream.progress[0].metrics
+    assert metrics["commit_flush_seconds"] > 0 and metrics["commit_upload_wait_seconds"] > 0
+    assert max(metrics["commit_flush_seconds"],
+               metrics["commit_upload_wait_seconds"]) <= metrics["commit_seconds"]
+
+
 def test_commit_entries_record_the_batch_metrics(spark: Any, tmp_path: Path) -> None:
     stream, _ = run_query(spark, tmp_path, batches=2)
     with ChangelogStorage((tmp_path / "ckpt").as_uri()) as storage:

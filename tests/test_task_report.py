@@ -17,9 +17,9 @@ def report(**changes: object) -> TaskReport:
     fields: dict[str, object] = dict(
         partition=2, attempt=1, info=info_of(2, 3, "abcd"), input_rows=10, late_rows=1,
         initial_state_rows=0, keys=4, timers_fired=2, next_timer_ms=5_000,
-        max_event_time_ms=4_000, output_rows=3, load_seconds=0.5, process_seconds=0.25,
-        commit_seconds=0.125, task_seconds=1.0, store={"load_kind": "restore"},
-        upload={"requests": 2}, output=None)
+        max_event_time_ms=4_000, output_rows=3, input_seconds=0.0625, load_seconds=0.5,
+        process_seconds=0.25, commit_seconds=0.125, task_seconds=1.0,
+        store={"load_kind": "restore"}, upload={"requests": 2}, output=None)
     fields.update(changes)
     return TaskReport(**fields)  # type: ignore[arg-type]
 

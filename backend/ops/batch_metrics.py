@@ -31,6 +31,9 @@ STORE_MEASURES = {
     "memory_bytes": "memory_bytes",
     "disk_bytes": "disk_bytes",
     "snapshot_restore_seconds": "snapshot_restore_seconds",
+    "replay_seconds": "replay_seconds",
+    "commit_flush_seconds": "commit_flush_seconds",
+    "commit_upload_wait_seconds": "commit_upload_wait_seconds",
 }
 UPLOAD_COUNTERS = ("requests", "request_failures", "uploads", "upload_failures",
                    "bytes_uploaded", "retries", "hedges_started", "hedges_won")

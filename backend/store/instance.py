@@ -44,6 +44,8 @@ class InstanceMetrics:
     removed: int = 0  # of `records`, the deletes
     payload_bytes: int = 0
     last_commit_seconds: float = 0.0
+    last_commit_flush_seconds: float = 0.0  # the final flush: encode, append, start the upload
+    last_commit_upload_wait_seconds: float = 0.0  # then waiting for the changelog to be durable
     truncated_files: list[str] = field(default_factory=list)
 
 
@@ -150,7 +152,10 @@ class StoreInstance:
             persisting, writes = self._flush(marker, cache, persist_from=base.handle.to_sqn,
                                              defer_engine=defer)
             assert persisting is not None
+            flushed = time.monotonic()
             persisted = persisting.result()
+            self.metrics.last_commit_upload_wait_seconds = time.monotonic() - flushed
+            self.metrics.last_commit_flush_seconds = flushed - started
         except ChangelogError as exc:
             self.dirty = True
             raise BackendError(f"store {self.store_id!r}: commit of version {marker.version} "

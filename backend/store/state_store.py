@@ -261,6 +261,8 @@ class ChangelogStateStore(StateStore):
             "records_written": instance.records,
             "payload_bytes": instance.payload_bytes,
             "last_commit_seconds": instance.last_commit_seconds,
+            "commit_flush_seconds": instance.last_commit_flush_seconds,
+            "commit_upload_wait_seconds": instance.last_commit_upload_wait_seconds,
             "snapshots_started": snapshots.started,
             "snapshots_adopted": snapshots.adopted,
             "snapshots_dropped": snapshots.dropped,

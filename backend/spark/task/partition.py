@@ -98,6 +98,7 @@ def _run_task(plan: TaskPlan, processor: AnyProcessor,
     partition, attempt = context.partitionId(), context.attemptNumber()
     clock = _Stopwatch()
     rows = _TaskInput.read(plan, partition, batches)
+    clock.mark("read")
     run = _process_and_commit(plan, processor, partition, rows, clock)
     written = _write_output(plan, processor, partition, run)
     processor.close()  # after the commit: a failure here is a failure after committing
@@ -107,7 +108,8 @@ def _run_task(plan: TaskPlan, processor: AnyProcessor,
         initial_state_rows=0 if rows.initial is None else rows.initial.num_rows,
         keys=run.keys, timers_fired=run.timers_fired, next_timer_ms=run.next_timer_ms,
         max_event_time_ms=rows.newest_event_ms, output_rows=run.output.num_rows,
-        load_seconds=clock.between("started", "loaded"),
+        input_seconds=clock.between("started", "read"),
+        load_seconds=clock.between("read", "loaded"),
         process_seconds=clock.between("loaded", "processed"),
         commit_seconds=clock.between("processed", "committed"),
         task_seconds=clock.since("started"), store=run.store_metrics, upload=run.uploads,

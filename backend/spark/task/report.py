@@ -36,6 +36,7 @@ class TaskReport:
     next_timer_ms: int | None  # the partition's earliest registered timer after the batch
     max_event_time_ms: int | None  # the newest event time among the input rows
     output_rows: int
+    input_seconds: float  # the partition's rows arriving from the JVM as Arrow (shuffle read)
     load_seconds: float
     process_seconds: float
     commit_seconds: float
