@@ -1,4 +1,4 @@
-"""`python -m backend inspect|verify|cleanup` on a small real checkpoint."""
+"""`python -m pyspark_dstl inspect|verify|cleanup` on a small real checkpoint."""
 
 from __future__ import annotations
 
@@ -141,7 +141,7 @@ def test_the_tool_runs_as_a_module_against_s3(s3: S3Env, tmp_path: Path) -> None
     made = s3_env(s3, tmp_path)
     try:
         infos = build_checkpoint(made)
-        command = [sys.executable, "-m", "backend", "inspect", made.url,
+        command = [sys.executable, "-m", "pyspark_dstl", "inspect", made.url,
                    "--s3-endpoint", s3.endpoint_url, "--s3-region", REGION,
                    "--conf", f"spark.dstl.changelog.s3.accessKeyId={ACCESS_KEY}",
                    "--conf", f"spark.dstl.changelog.s3.secretAccessKey={SECRET_KEY}",

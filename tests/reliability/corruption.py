@@ -4,7 +4,7 @@ A checkpoint is built with the workload (a forced snapshot at batch 5, changelog
 so the newest commit needs every file type: its commit log entry, changelog files, a snapshot
 manifest and the SST files the manifest names. Each case damages one of those files in place,
 then asks
-- `python -m backend verify` (in-process): must report a problem naming the file;
+- `python -m pyspark_dstl verify` (in-process): must report a problem naming the file;
 - a fresh backend on another host directory: loading the newest commit must fail with an
   error naming the file, or, when the damaged bytes are ones the load never reads, give
   exactly the model's state. A different state is the one outcome that is never allowed.

@@ -47,7 +47,7 @@ def s3_tool_args(s3: S3Env) -> list[str]:
 
 
 def verify_root(url: str, s3: S3Env | None = None) -> list[str]:
-    """Problems `python -m backend verify` reports for the root (in-process)."""
+    """Problems `python -m pyspark_dstl verify` reports for the root (in-process)."""
     argv = ["verify", url, "--json"]
     if s3 is not None:
         argv += s3_tool_args(s3)
