@@ -305,7 +305,7 @@ def test_verify_reports_a_missing_or_damaged_schema_record(storage: ChangelogSto
     storage.loop.run(storage.aput("schemas/stateful/2.json", b"{}"))
     problems = [p for p in verify_checkpoint(storage) if "schema" in p]
     assert problems == [
-        "state schema record 'schemas/stateful/2.json': not a record or fails its checksum",
+        "state schema record 'schemas/stateful/2.json' lacks magic 'DSTL-STATE-SCHEMA'",
         "state schema record schemas/stateful/0.json is missing: the newest commit reads "
         "schema id 1 through it"]
 

@@ -13,8 +13,6 @@ document with a magic, a format version and a SHA-256 of its body, like commit l
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 import time
 from collections.abc import Mapping
@@ -24,6 +22,7 @@ from typing import Any
 from pyspark_dstl.backend.errors import CorruptCheckpointError
 from pyspark_dstl.backend.fencing.process import ProcessIdentity
 from pyspark_dstl.changelog.storage.base import ObjectInfo
+from pyspark_dstl.core.checksummed_json import RecordKind
 from pyspark_dstl.core.errors import excerpt
 
 EPOCHS_PREFIX = "epochs"
@@ -86,33 +85,16 @@ class EpochRecord:
 
 
 def encode(magic: str, body: Mapping[str, Any]) -> bytes:
-    document = {"magic": magic, "format_version": FORMAT_VERSION,
-                "checksum": _checksum(body), "body": dict(body)}
-    return json.dumps(document, sort_keys=True, indent=1).encode()
+    return _kind(magic).encode(body)
 
 
 def decode(data: bytes, path: str, magic: str) -> dict[str, Any]:
     """The body of a document with this magic; CorruptCheckpointError naming `path` else."""
-    try:
-        document = json.loads(data)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise CorruptCheckpointError(f"epoch file {path!r} is not JSON: "
-                                     f"{excerpt(exc)}") from exc
-    if not isinstance(document, dict) or document.get("magic") != magic:
-        raise CorruptCheckpointError(f"epoch file {path!r} lacks magic {magic!r}")
-    if document.get("format_version") != FORMAT_VERSION:
-        raise CorruptCheckpointError(f"epoch file {path!r} has unsupported format version "
-                                     f"{excerpt(document.get('format_version'))} (this "
-                                     f"library reads {FORMAT_VERSION})")
-    body = document.get("body")
-    if not isinstance(body, dict) or document.get("checksum") != _checksum(body):
-        raise CorruptCheckpointError(f"epoch file {path!r} fails its checksum")
-    return body
+    return _kind(magic).decode(data, path)[1]
 
 
-def _checksum(body: Mapping[str, Any]) -> str:
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-    return "sha256:" + hashlib.sha256(canonical).hexdigest()
+def _kind(magic: str) -> RecordKind:
+    return RecordKind("epoch file", (magic,), "body", FORMAT_VERSION, CorruptCheckpointError)
 
 
 def _int(value: Any) -> int:

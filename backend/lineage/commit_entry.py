@@ -6,8 +6,6 @@ a damaged entry is reported with its path instead of being half-read.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -16,11 +14,14 @@ from typing import Any
 from pyspark_dstl.backend.errors import BackendError, CommitLogCorruptError, CommitLogError
 from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
 from pyspark_dstl.backend.lineage.naming import make_store_id
+from pyspark_dstl.core.checksummed_json import RecordKind
 from pyspark_dstl.core.errors import excerpt
 
 MAGIC = "DSTL-COMMIT"
 FENCE_MAGIC = "DSTL-FENCE"
 FORMAT_VERSION = 1
+RECORD = RecordKind("commit log entry", (MAGIC, FENCE_MAGIC), "entry", FORMAT_VERSION,
+                    CommitLogCorruptError)
 
 
 @dataclass(frozen=True)
@@ -112,17 +113,11 @@ class Fence:
 
 
 def encode_fence(fence: Fence) -> bytes:
-    body = fence.to_dict()
-    document = {"magic": FENCE_MAGIC, "format_version": FORMAT_VERSION,
-                "checksum": _checksum(body), "entry": body}
-    return json.dumps(document, sort_keys=True, indent=1).encode()
+    return RECORD.encode(fence.to_dict(), FENCE_MAGIC)
 
 
 def encode_entry(entry: CommitEntry) -> bytes:
-    body = entry.to_dict()
-    document = {"magic": MAGIC, "format_version": FORMAT_VERSION,
-                "checksum": _checksum(body), "entry": body}
-    return json.dumps(document, sort_keys=True, indent=1).encode()
+    return RECORD.encode(entry.to_dict(), MAGIC)
 
 
 def decode_entry(data: bytes, path: str) -> CommitEntry:
@@ -136,28 +131,9 @@ def decode_entry(data: bytes, path: str) -> CommitEntry:
 
 def decode_record(data: bytes, path: str) -> CommitEntry | Fence:
     """What a name under commits/ holds: a commit entry or a fence."""
-    try:
-        document = json.loads(data)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise CommitLogCorruptError(f"commit log entry {path!r} is not JSON: "
-                                    f"{excerpt(exc)}") from exc
-    magic = document.get("magic") if isinstance(document, dict) else None
-    if magic not in (MAGIC, FENCE_MAGIC):
-        raise CommitLogCorruptError(f"commit log entry {path!r} lacks magic {MAGIC!r}")
-    if document.get("format_version") != FORMAT_VERSION:
-        raise CommitLogCorruptError(f"commit log entry {path!r} has unsupported format "
-                                    f"version {excerpt(document.get('format_version'))} (this "
-                                    f"library reads {FORMAT_VERSION})")
-    body = document.get("entry")
-    if not isinstance(body, dict) or document.get("checksum") != _checksum(body):
-        raise CommitLogCorruptError(f"commit log entry {path!r} fails its checksum")
+    magic, body = RECORD.decode(data, path)
     try:
         return Fence.from_dict(body) if magic == FENCE_MAGIC else CommitEntry.from_dict(body)
     except (BackendError, KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
         raise CommitLogCorruptError(f"commit log entry {path!r} is malformed: "
                                     f"{excerpt(exc)}") from exc
-
-
-def _checksum(body: Mapping[str, Any]) -> str:
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-    return "sha256:" + hashlib.sha256(canonical).hexdigest()

@@ -5,20 +5,27 @@ schema per record. Read here without pyspark: the record format is in docs/forma
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from collections.abc import Mapping
 from typing import Any
 
 from pyspark_dstl.backend.lineage.commit_entry import CommitEntry
 from pyspark_dstl.changelog.errors import ChangelogError
+from pyspark_dstl.core.checksummed_json import RecordKind
 from pyspark_dstl.core.errors import excerpt
 from pyspark_dstl.materializer.remote import RemoteFiles
 
 PREFIX = "schemas/"
 MAGIC = "DSTL-STATE-SCHEMA"
 MAX_RECORD_BYTES = 16 * 1024 * 1024
+
+
+class _DamagedRecord(ValueError):
+    """A record inspect cannot read; reported as a problem, never raised to the caller."""
+
+
+_RECORD = RecordKind("state schema record", (MAGIC,), "record", 1, _DamagedRecord,
+                     MAX_RECORD_BYTES)
 _DDL_NAMES = {"integer": "int", "long": "bigint", "short": "smallint", "byte": "tinyint"}
 _NAME = re.compile(r"^([^/]+)/(0|[1-9][0-9]{0,8})\.json$")
 
@@ -99,15 +106,15 @@ def format_schema_records(report: Mapping[str, Any]) -> list[str]:
 
 def _read(storage: RemoteFiles, path: str, problems: list[str]) -> dict[str, Any] | None:
     try:
-        document = json.loads(storage.loop.run(storage.aget(path)))
-    except (ChangelogError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        _, body = _RECORD.decode(storage.loop.run(storage.aget(path)), path)
+    except ChangelogError as exc:
         problems.append(f"state schema record {path!r}: unreadable: {excerpt(exc)}")
         return None
-    body = document.get("record") if isinstance(document, dict) else None
-    if not isinstance(body, dict) or document.get("magic") != MAGIC or \
-            document.get("checksum") != _checksum(body) or \
-            not isinstance(body.get("variables"), dict):
-        problems.append(f"state schema record {path!r}: not a record or fails its checksum")
+    except _DamagedRecord as exc:
+        problems.append(str(exc))
+        return None
+    if not isinstance(body.get("variables"), dict):
+        problems.append(f"state schema record {path!r} has no variables")
         return None
     return body
 
@@ -147,8 +154,3 @@ def _type(schema: Any, top: bool = True) -> str:
         return (f"map<{_type(schema.get('keyType'), False)}, "
                 f"{_type(schema.get('valueType'), False)}>")
     return str(kind)
-
-
-def _checksum(body: Mapping[str, Any]) -> str:
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-    return "sha256:" + hashlib.sha256(canonical).hexdigest()

@@ -10,7 +10,6 @@ of the committed chain and refuses, by name, what could not read the stored valu
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -18,11 +17,14 @@ from typing import Any
 
 from pyspark_dstl.backend.spark.codec.evolution import value_change_problems
 from pyspark_dstl.backend.spark.errors import StateSchemaError
+from pyspark_dstl.core.checksummed_json import RecordKind
 from pyspark_dstl.core.errors import excerpt
 
 MAGIC = "DSTL-STATE-SCHEMA"
 FORMAT_VERSION = 1
 MAX_RECORD_BYTES = 16 * 1024 * 1024  # a record is read whole: refuse anything larger
+RECORD = RecordKind("state schema record", (MAGIC,), "record", FORMAT_VERSION,
+                    StateSchemaError, MAX_RECORD_BYTES)
 
 VALUE_EVOLUTION = "STATE_STORE_INVALID_VALUE_SCHEMA_EVOLUTION"
 KEY_CHANGE = "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE"
@@ -95,31 +97,12 @@ class SchemaRecord:
 
 
 def encode_record(record: SchemaRecord) -> bytes:
-    body = record.to_dict()
-    document = {"magic": MAGIC, "format_version": FORMAT_VERSION,
-                "checksum": _checksum(body), "record": body}
-    return json.dumps(document, sort_keys=True, indent=1).encode()
+    return RECORD.encode(record.to_dict())
 
 
 def decode_record(data: bytes, path: str) -> SchemaRecord:
     """A schema record; StateSchemaError naming the file when it is damaged or foreign."""
-    if len(data) > MAX_RECORD_BYTES:
-        raise StateSchemaError(f"state schema record {path!r}: {len(data)} bytes, more than a "
-                               f"record may hold ({MAX_RECORD_BYTES}); the file is not one")
-    try:
-        document = json.loads(data)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise StateSchemaError(f"state schema record {path!r} is not JSON: "
-                               f"{excerpt(exc)}") from exc
-    if not isinstance(document, dict) or document.get("magic") != MAGIC:
-        raise StateSchemaError(f"state schema record {path!r} lacks magic {MAGIC!r}")
-    if document.get("format_version") != FORMAT_VERSION:
-        raise StateSchemaError(f"state schema record {path!r} has format version "
-                               f"{excerpt(document.get('format_version'))}; this release reads "
-                               f"{FORMAT_VERSION} (was it written by a newer release?)")
-    body = document.get("record")
-    if not isinstance(body, dict) or document.get("checksum") != _checksum(body):
-        raise StateSchemaError(f"state schema record {path!r} fails its checksum")
+    _, body = RECORD.decode(data, path)
     try:
         return SchemaRecord.from_dict(body)
     except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:
@@ -263,8 +246,3 @@ def _whole(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"a schema id must be a whole number, got {excerpt(value)}")
     return value
-
-
-def _checksum(body: Mapping[str, Any]) -> str:
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-    return "sha256:" + hashlib.sha256(canonical).hexdigest()
