@@ -133,7 +133,7 @@ def test_the_progress_branch_reads_the_batch_before_by_its_own_names_on_s3(
         "changelog.s3.addressingStyle": "path",
         "query.engineCheckpointLocation": str(tmp_path / "engine"),
     }
-    stream, query = run_query(spark, tmp_path, batches=3, checkpoint=s3.url, conf=settings)
+    _, query = run_query(spark, tmp_path, batches=3, checkpoint=s3.url, conf=settings)
     reports = {p["batchId"]: p for p in query.recentProgress if p["numInputRows"] > 0}
     assert [observed_state_metrics(reports[b])["batch_id"] for b in (1, 2)] == [0, 1]
     listed = [r.query for r in s3.proxy.records("GET", "list-type")]
