@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from pyspark_dstl.backend.errors import CommitLogCorruptError, CommitLogError
 from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
-from pyspark_dstl.backend.lineage.commit_log import CommitEntry, OperatorCommit
+from pyspark_dstl.backend.lineage.commit_log import CommitEntry, CommitLog, OperatorCommit
 from pyspark_dstl.changelog.handle import ChangelogHandle, Segment
-from tests.support.backend import BackendEnv, env  # noqa: F401 - fixture
+from tests.support.backend import BackendEnv, env, s3_env  # noqa: F401 - fixture
+from tests.support.moto_server import S3Env
 
 
 def info_of(partition: int, version: int, unique_id: str) -> CheckpointInfo:
@@ -56,6 +58,44 @@ def test_latest_is_the_highest_batch(env: BackendEnv) -> None:  # noqa: F811
     latest = log.latest()
     assert latest is not None and latest[0] == 10 and latest[1].batch_id == 10
     assert log.batch_ids() == [0, 1, 2, 10]
+
+
+def test_one_batch_entry_is_read_by_its_own_names(env: BackendEnv) -> None:  # noqa: F811
+    log = env.commit_log()
+    for batch_id in (1, 10, 11):
+        log.write(batch_id, entry(batch_id))
+    found = log.newest_of(1)
+    assert found is not None and found.batch_id == 1  # not batch 10 or 11
+    assert log.newest_of(5) is None
+
+
+def test_one_batch_entry_is_its_newest_generation_that_is_not_a_fence(
+        env: BackendEnv) -> None:  # noqa: F811
+    log = env.commit_log()
+    log.write(2, entry(2, "first"))
+    log.write(2, entry(2, "second"), rerun=True)
+    assert log.fence(env.lease().epoch + 1, "next-run", None) == ["commits/3.0",
+                                                                "commits/2.2"]
+    found = log.newest_of(2)
+    assert found is not None and next(found.infos()).unique_id == "second"
+    assert log.newest_of(3) is None
+
+
+def test_one_batch_entry_costs_one_short_listing_and_one_read_on_s3(
+        s3: S3Env, tmp_path: Path) -> None:
+    made = s3_env(s3, tmp_path)
+    try:
+        log = made.commit_log()
+        for batch_id in range(12):
+            log.write(batch_id, entry(batch_id))
+        s3.proxy.reset_log()
+        found = CommitLog(made.storage).newest_of(1)
+        assert found is not None and found.batch_id == 1
+        lists = s3.proxy.records("GET", "list-type")
+        assert len(lists) == 1 and "prefix=root/commits/1.&" in lists[0].query + "&"
+        assert len(s3.proxy.records("GET")) == 2  # the listing and the entry
+    finally:
+        made.close()
 
 
 def test_a_damaged_entry_is_reported_with_its_path(env: BackendEnv) -> None:  # noqa: F811

@@ -123,6 +123,24 @@ def test_batch_progress_counts_upload_retries_on_the_s3_api(spark: Any, s3: Any,
     assert max(u.extra_request_ratio for u in uploads) > 0
 
 
+def test_the_progress_branch_reads_the_batch_before_by_its_own_names_on_s3(
+        spark: Any, s3: Any, tmp_path: Path) -> None:
+    options = s3.options.storage
+    settings = {
+        "changelog.s3.endpoint": options.s3_endpoint_url, "changelog.s3.region": options.s3_region,
+        "changelog.s3.accessKeyId": options.s3_access_key_id,
+        "changelog.s3.secretAccessKey": options.s3_secret_access_key,
+        "changelog.s3.addressingStyle": "path",
+        "query.engineCheckpointLocation": str(tmp_path / "engine"),
+    }
+    _, query = run_query(spark, tmp_path, batches=3, checkpoint=s3.url, conf=settings)
+    reports = {p["batchId"]: p for p in query.recentProgress if p["numInputRows"] > 0}
+    assert [observed_state_metrics(reports[b])["batch_id"] for b in (1, 2)] == [0, 1]
+    listed = [r.query for r in s3.proxy.records("GET", "list-type")]
+    for batch_id in (0, 1):
+        assert sum(f"prefix={s3.prefix}/commits/{batch_id}.&" in q + "&" for q in listed) == 1
+
+
 def test_every_batch_logs_one_json_line(spark: Any, tmp_path: Path,
                                         caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO, logger=PROGRESS_LOGGER):

@@ -204,6 +204,19 @@ class CommitLog:
         newest = self._newest_slot(self.generations())
         return None if newest is None else (newest[0], self._read_path(newest[2].path))
 
+    def newest_of(self, batch_id: int) -> CommitEntry | None:
+        """Batch `batch_id`'s entry (its newest generation that is not a fence), or None;
+        lists only that batch's own names, so the cost stays the same however long the log
+        grows (`latest` lists the whole log)."""
+        prefix = f"{self._prefix}/{batch_id}."
+        gens: list[tuple[int, ObjectInfo]] = []
+        for info in self._run(self._storage.alist(prefix), prefix):
+            match = _ENTRY_NAME.match(info.path[len(self._prefix) + 1:])
+            if match and int(match[1]) == batch_id:
+                gens.append((int(match[2]), info))
+        found = self._entry_of(sorted(gens, key=lambda g: g[0]))
+        return None if found is None else self._read_path(found[1].path)
+
     def retained(self, count: int) -> list[CommitEntry]:
         """The newest `count` committed batches, oldest first."""
         if count < 1:
