@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import datetime
+import threading
 
+import msgpack
 import numpy as np
 import pytest
 from hypothesis import given
@@ -43,6 +45,32 @@ def test_distinct_keys_never_prefix_each_other(a: list[object], b: list[object])
     if ka != kb:
         assert not kb.startswith(ka)
     assert decode_key(ka) == tuple(a)
+
+
+@given(values)
+def test_a_value_is_stored_as_its_msgpack_bytes(value: object) -> None:
+    assert encode_value(value, None, "v") == msgpack.packb(value, use_bin_type=True)
+
+
+def test_a_value_that_fails_to_encode_leaves_nothing_in_the_next_value() -> None:
+    with pytest.raises(StateEncodingError):
+        encode_value(["a" * 100, datetime.date(2024, 1, 1)], None, "v")
+    assert encode_value(5, None, "v") == b"\x05"
+
+
+def test_threads_encoding_at_once_each_get_their_own_values_bytes() -> None:
+    results: dict[int, set[bytes]] = {}
+
+    def encode(number: int) -> None:  # numpy scalars call back into Python while packing
+        value = [np.int64(number)] * 50 + ["x" * number]
+        results[number] = {encode_value(value, None, "v") for _ in range(2_000)}
+
+    threads = [threading.Thread(target=encode, args=(n,)) for n in range(1, 5)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == {n: {msgpack.packb([n] * 50 + ["x" * n])} for n in range(1, 5)}
 
 
 def test_value_with_ttl_is_alive_until_its_expiry() -> None:

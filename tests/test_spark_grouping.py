@@ -39,6 +39,29 @@ def test_rows_of_a_key_are_the_rows_iloc_gives_index_included() -> None:
         pd.testing.assert_frame_equal(batch.rows_of(index), batch.frame.iloc[begin:end])
 
 
+def test_rows_of_a_single_dtype_batch_are_the_rows_iloc_gives() -> None:
+    table = pa.table({"user": [3, 1, 3, 2], "v": [10, 20, 30, 40]})
+    batch = KeyedBatch(table, ["user"])
+    for index in range(len(batch)):
+        begin, end = int(batch.offsets[index]), int(batch.offsets[index + 1])
+        pd.testing.assert_frame_equal(batch.rows_of(index), batch.frame.iloc[begin:end])
+
+
+def test_a_key_frame_keeps_the_batch_frame_attrs() -> None:
+    batch = KeyedBatch(pa.table({"user": ["b", "a"], "v": [1, 2]}), ["user"])
+    batch.frame.attrs["source"] = "test"
+    assert batch.rows_of(1).attrs == {"source": "test"}
+
+
+def test_a_column_added_to_one_key_frame_is_not_in_the_next_key_frame() -> None:
+    batch = KeyedBatch(pa.table({"user": ["b", "a", "b"], "v": [1, 2, 3]}), ["user"])
+    first = batch.rows_of(0)
+    with pytest.warns(pd.errors.SettingWithCopyWarning):  # as on a frame.iloc slice
+        first["w"] = 1
+    assert list(batch.rows_of(1).columns) == ["user", "v"]
+    assert list(batch.frame.columns) == ["user", "v"]
+
+
 def test_empty_partition_has_no_keys() -> None:
     batch = KeyedBatch(pa.table({"user": pa.array([], pa.string())}), ["user"])
     assert len(batch) == 0 and batch.num_rows == 0 and batch.offsets.tolist() == [0]

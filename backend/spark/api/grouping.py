@@ -20,6 +20,11 @@ from pyspark_dstl.backend.spark.codec.values import encode_key
 # pandas' own row slicing behind .iloc[a:b] (pandas 2.x); a per-key frame is made for every key
 # of a batch, and the indexer's dispatch was a quarter of its cost
 _SLICE_ROWS = getattr(pd.DataFrame, "_slice", None)
+# the steps of _slice, called directly (pandas 2.x): the block manager's slice, the frame around
+# it, the link to the parent behind SettingWithCopyWarning; __finalize__ only copies attrs and
+# flags, so it runs only when the parent has any
+_FROM_MANAGER = getattr(pd.DataFrame, "_from_mgr", None)
+_SET_IS_COPY = getattr(pd.DataFrame, "_set_is_copy", None)
 
 
 class Keys(Sequence[tuple[Any, ...]]):
@@ -113,9 +118,17 @@ class KeyedBatch:
         """The rows of key number `index` as a slice (a view) of `frame`."""
         bounds = self._bounds
         rows = slice(bounds[index], bounds[index + 1])
+        frame = self.frame
+        if _FROM_MANAGER is not None and _SET_IS_COPY is not None:
+            manager = frame._mgr.get_slice(rows, axis=1)
+            result: pd.DataFrame = _FROM_MANAGER(manager, axes=manager.axes)
+            if frame.attrs or not frame.flags.allows_duplicate_labels:
+                result = result.__finalize__(frame)
+            _SET_IS_COPY(result, frame)
+            return result
         if _SLICE_ROWS is not None:  # what .iloc[rows] ends in, without its dispatch
-            return _SLICE_ROWS(self.frame, rows)
-        return self.frame.iloc[rows]
+            return _SLICE_ROWS(frame, rows)
+        return frame.iloc[rows]
 
 
 def _group_ids(table: pa.Table, key_columns: Sequence[str]) -> np.ndarray:

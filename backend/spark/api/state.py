@@ -107,17 +107,37 @@ class ValueState(_StateVariable):
         return True, value
 
     def get(self, default: Any = None) -> Any:
-        found, value = self._lookup(self._context.require_current(self.name))
-        return value if found else default
+        # _lookup's steps inline: this runs once per key of a batch
+        key = self._context.current
+        if key is None:
+            key = self._context.require_current(self.name)
+        prefetched = self._prefetched
+        raw: Any = _MISSING if prefetched is None else prefetched.get(key, _MISSING)
+        if raw is _MISSING:
+            raw = self._raw(key)
+        if raw is None:
+            return default
+        alive, value = decode_value(raw, self._context.now_ms, self.name)
+        if not alive:
+            self._store.remove(key, self.cf)
+            self._remember(key, None)
+            return default
+        return value
 
     def exists(self) -> bool:
         return self._lookup(self._context.require_current(self.name))[0]
 
     def update(self, value: Any) -> None:
-        key = self._context.require_current(self.name)
-        raw = encode_value(value, self._expiry(), self.name)
+        context = self._context
+        key = context.current
+        if key is None:
+            key = context.require_current(self.name)
+        ttl_ms = self.ttl_ms
+        raw = encode_value(value, None if ttl_ms is None else context.now_ms + ttl_ms, self.name)
         self._store.put(key, raw, self.cf)
-        self._remember(key, raw)
+        prefetched = self._prefetched
+        if prefetched is not None:
+            prefetched[key] = raw
 
     def clear(self) -> None:
         key = self._context.require_current(self.name)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 import struct
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -61,8 +62,21 @@ def _ext_hook(code: int, data: bytes) -> Any:
     return Expiring(expires, _unpack(data[_EXPIRY.size:]))
 
 
+class _Packers(threading.local):
+    """One msgpack Packer per thread, made once: packb builds a new Packer per call, which
+    cost most of a small value's encoding. A Packer returns its buffer and resets after every
+    pack, and also when packing fails, so a failed value leaves nothing behind."""
+
+    def __init__(self) -> None:
+        self.pack = msgpack.Packer(use_bin_type=True, datetime=False, default=_default).pack
+
+
+_PACKERS = _Packers()
+
+
 def _pack(value: Any) -> bytes:
-    return msgpack.packb(value, use_bin_type=True, datetime=False, default=_default)
+    packed: bytes = _PACKERS.pack(value)
+    return packed
 
 
 def timestamp_micros(value: dt.datetime) -> int:

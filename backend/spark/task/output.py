@@ -17,6 +17,7 @@ from pyspark_dstl.backend.spark.errors import OutputSchemaError
 class OutputCollector:
     def __init__(self, schema: pa.Schema, processor_name: str) -> None:
         self._schema = schema
+        self._width = len(schema)
         self._name = processor_name
         self._frames: list[pd.DataFrame] = []
         self._tables: list[pa.Table] = []
@@ -24,7 +25,7 @@ class OutputCollector:
 
     def add(self, item: Any) -> None:
         if isinstance(item, tuple):
-            if len(item) != len(self._schema):
+            if len(item) != self._width:
                 raise OutputSchemaError(f"{self._name} yielded a row of {len(item)} values; "
                                         f"the output schema has {len(self._schema)} columns "
                                         f"({', '.join(self._schema.names)})")

@@ -82,11 +82,15 @@ def run_processor(processor: AnyProcessor, store: StoreAccess, table: pa.Table,
         context.batch_keys = encoded
         handle_rows = processor.handle_input_rows
         rows_of = processor.rows_by_key(batch)
+        add = collector.add
         key: Any = None
-        try:
+        try:  # _collect inline: this loop runs once per key
             for index, key in enumerate(batch.keys):
                 context.current = encoded[index]
-                _collect(collector, handle_rows(key, iter((rows_of(index),))))
+                items = handle_rows(key, iter((rows_of(index),)))
+                if items is not None:
+                    for item in items:
+                        add(item)
         except Exception as exc:
             note_key(exc, key_columns, key)
             raise

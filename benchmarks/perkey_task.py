@@ -1,0 +1,236 @@
+"""Where one task of the per-key keyed count spends its time per key, measured without Spark.
+
+Benchmark 6's per-key variant (benchmarks/spark_jobs.py PerKeyCount) runs, per partition and
+batch, the task runner (backend/spark/task/runner.py run_processor) over one partition's rows.
+This drives that runner alone on the backend's RocksDB store on file://: a store holding
+`store_keys` counts, then batches of `rows` rows over keys drawn uniformly from the stored
+ones (so most keys of a batch are distinct and every one has a stored value), committed one
+after the other. Each batch runs twice on the same committed version: once as is (the total
+per key) and once with the runner's steps wrapped by timers (the split; the wrapping adds its
+own cost to the total, so the split's parts are compared with each other, the plain run with
+the vectorized API's plain run). Every output is checked against a model of the counts.
+
+    python -m benchmarks.perkey_task [--quick] [--rounds 5] [--profile out.html]
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from benchmarks.harness import Report, parse_args, plan_of, profiled, scratch
+from benchmarks.spark_jobs import PerKeyCount, VectorizedCount
+from pyspark_dstl.backend.options import BackendOptions
+from pyspark_dstl.backend.spark.api.grouping import KeyedBatch
+from pyspark_dstl.backend.spark.api.processor import StatefulProcessor
+from pyspark_dstl.backend.spark.api.state import ValueState
+from pyspark_dstl.backend.spark.task.output import OutputCollector
+from pyspark_dstl.backend.spark.task.runner import BatchTimes, run_processor
+from pyspark_dstl.backend.store.state_backend import StateBackend
+from pyspark_dstl.backend.store.state_store import ChangelogStateStore
+
+NAME = "perkey_task"
+FULL: dict[str, Any] = {"store_keys": 250_000, "rows": 50_000, "rounds": 5}
+QUICK: dict[str, Any] = {"store_keys": 5_000, "rows": 1_000, "rounds": 2}
+OUTPUT = pa.schema([("user", pa.string()), ("count", pa.int64())])
+KEY_COLUMNS = ("user",)
+# (label, owner, attribute) of each wrapped step, in the order a batch reaches them
+PHASES: tuple[tuple[str, Any, str], ...] = (
+    ("grouping + key tuples + key bytes", KeyedBatch, "__init__"),
+    ("pandas frame of the batch (once)", KeyedBatch, "frame"),
+    ("rows handed to the processor", StatefulProcessor, "rows_by_key"),
+    ("bulk state read of the batch's keys (multi_get)", ChangelogStateStore, "multi_get"),
+    ("value state get (without the bulk read)", ValueState, "get"),
+    ("store put (transaction cache)", ChangelogStateStore, "put"),
+    ("value state update (without the put)", ValueState, "update"),
+    ("output collection (add)", OutputCollector, "add"),
+    ("output to Arrow (finish)", OutputCollector, "finish"),
+)
+OTHER = "other (runner loop, processor's own code)"
+
+
+class PhaseClock:
+    """Adds up the wall time spent in the wrapped steps while `installed`; a step called
+    inside another (the batch's frame, built by the first slice) counts for itself alone."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+        self._nested = [0.0]  # time of wrapped steps inside the step running now
+
+    def _wrap(self, label: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        seconds = self.seconds
+        nested = self._nested
+        clock = time.perf_counter
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            outer = nested[0]
+            nested[0] = 0.0
+            began = clock()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                spent = clock() - began
+                seconds[label] += spent - nested[0]
+                nested[0] = outer + spent
+
+        return timed
+
+    def _wrap_rows(self, label: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        """rows_by_key returns the per-key callable: time that callable, and its own call."""
+        wrap = self._wrap
+
+        def rows_by_key(*args: Any, **kwargs: Any) -> Any:
+            return wrap(label, wrap(label, function)(*args, **kwargs))
+
+        return rows_by_key
+
+    @contextmanager
+    def installed(self) -> Iterator[PhaseClock]:
+        with ExitStack() as restore:
+            for label, owner, attribute in PHASES:
+                original = owner.__dict__.get(attribute)
+                if original is None:  # a step this version of the code does not have
+                    continue
+                if isinstance(original, cached_property):
+                    replacement: Any = cached_property(self._wrap(label, original.func))
+                    replacement.__set_name__(owner, attribute)
+                elif attribute == "rows_by_key":
+                    replacement = self._wrap_rows(label, original)
+                else:
+                    replacement = self._wrap(label, original)
+                setattr(owner, attribute, replacement)
+                restore.callback(setattr, owner, attribute, original)
+            yield self
+
+    def take(self) -> dict[str, float]:
+        taken = dict(self.seconds)
+        self.seconds.clear()
+        return taken
+
+
+def user_names(indices: np.ndarray) -> pa.Array:
+    return pa.array([f"user-{int(i)}" for i in indices], pa.string())
+
+
+def measure(plan: dict[str, Any], work: Path, seed: int) -> dict[str, Any]:
+    """Per round: plain seconds of each API, the wrapped split, keys and rows."""
+    rng = np.random.default_rng(seed)
+    store_keys = plan["store_keys"]
+    counts = np.ones(store_keys, dtype=np.int64)
+    backend = StateBackend(BackendOptions.from_conf(
+        {"spark.dstl.stateStore.localDir": str(work / "local")}))
+    rounds: list[dict[str, Any]] = []
+    try:
+        provider = backend.provider((work / "checkpoint").as_uri(), "perkey", 0)
+        store = provider.get_store(0)
+        everyone = pa.table({"user": user_names(np.arange(store_keys)),
+                             "v": pa.array(np.zeros(store_keys, dtype=np.int64))})
+        _run(VectorizedCount(), store, everyone, 0)
+        info = store.commit()
+        clock = PhaseClock()
+        for batch_id in range(1, plan["rounds"] + 1):
+            users = rng.integers(0, store_keys, plan["rows"])
+            table = pa.table({"user": user_names(users),
+                              "v": pa.array(np.arange(plan["rows"], dtype=np.int64))})
+            after = counts.copy()
+            np.add.at(after, users, 1)
+            distinct = np.unique(users)
+            expected = (len(distinct), int(after[distinct].sum()))
+            sample: dict[str, Any] = {"keys": len(distinct), "rows": plan["rows"]}
+            for label, processor in (("vectorized", VectorizedCount), ("per_key", PerKeyCount)):
+                store = provider.get_store(info.version, info)
+                began, began_cpu = time.perf_counter(), time.thread_time()
+                output = _run(processor(), store, table, batch_id)
+                sample[label] = time.perf_counter() - began
+                sample[label + " cpu"] = time.thread_time() - began_cpu
+                store.abort()
+                _check(output, expected, f"{label} batch {batch_id}")
+            store = provider.get_store(info.version, info)
+            with clock.installed():
+                began = time.perf_counter()
+                output = _run(PerKeyCount(), store, table, batch_id)
+                sample["per_key wrapped"] = time.perf_counter() - began
+            sample["split"] = clock.take()
+            began = time.perf_counter()
+            info = store.commit()
+            sample["commit"] = time.perf_counter() - began
+            _check(output, expected, f"wrapped per_key batch {batch_id}")
+            counts = after
+            rounds.append(sample)
+    finally:
+        backend.close()
+    return {"rounds": rounds}
+
+
+def _run(processor: Any, store: Any, table: pa.Table, batch_id: int) -> pa.Table:
+    result = run_processor(processor, store, table, KEY_COLUMNS, OUTPUT, batch_id=batch_id,
+                           partition_id=0, times=BatchTimes(int(time.time() * 1000)))
+    output: pa.Table = result.output
+    return output
+
+
+def _check(output: pa.Table, expected: tuple[int, int], what: str) -> None:
+    got = (output.num_rows, int(output.column("count").to_numpy().sum()))
+    if got != expected:
+        raise RuntimeError(f"{what}: output (rows, sum of counts) {got}, expected {expected}")
+
+
+def per_key_us(seconds: float, keys: int) -> float:
+    return seconds / keys * 1e6 if keys else float("nan")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(__doc__ or NAME, argv, [
+        (["--rounds"], {"type": int, "default": None, "help": "batches measured"}),
+        (["--store-keys"], {"type": int, "default": None}),
+        (["--rows"], {"type": int, "default": None, "help": "rows per batch"}),
+    ])
+    plan = plan_of(args, QUICK, FULL, ("rounds", "store_keys", "rows"))
+    report = Report(NAME, args, {**plan, "processors": "benchmarks.spark_jobs PerKeyCount, "
+                                                       "VectorizedCount", "store": "rocksdb"})
+    with scratch(args, "perkey") as work, profiled(args):
+        measured = measure(plan, work, args.seed)
+    rounds = measured["rounds"]
+    report.put("rounds", rounds)
+    keys = sum(r["keys"] for r in rounds)
+    rows = sum(r["rows"] for r in rounds)
+    plain = {label: sum(r[label] for r in rounds) for label in ("per_key", "vectorized")}
+    cpu = {label: sum(r[label + " cpu"] for r in rounds) for label in plain}
+    report.table(f"Plain runs: {len(rounds)} batches of {rows // len(rounds):,} rows, "
+                 f"{keys / len(rounds):,.0f} distinct keys each, store of "
+                 f"{plan['store_keys']:,} keys",
+                 ["API", "us per key", "CPU us per key", "keys per second"],
+                 [[label, per_key_us(seconds, keys), per_key_us(cpu[label], keys),
+                   keys / seconds if seconds else 0.0] for label, seconds in plain.items()])
+    split: dict[str, float] = defaultdict(float)
+    for r in rounds:
+        for label, seconds in r["split"].items():
+            split[label] += seconds
+    wrapped = sum(r["per_key wrapped"] for r in rounds)
+    order = [label for label, _, _ in PHASES]
+    rows_out = [[label, per_key_us(split.get(label, 0.0), keys),
+                 split.get(label, 0.0) / wrapped if wrapped else 0.0] for label in order]
+    rows_out.append([OTHER, per_key_us(wrapped - sum(split.values()), keys),
+                     (wrapped - sum(split.values())) / wrapped if wrapped else 0.0])
+    rows_out.append(["total (wrapped run)", per_key_us(wrapped, keys), 1.0])
+    rows_out.append(["commit (flush, changelog; not in the run)",
+                     per_key_us(sum(r["commit"] for r in rounds), keys), float("nan")])
+    report.table("Per-key API split (steps wrapped by timers)",
+                 ["step", "us per key", "share of the run"], rows_out)
+    report.put("us_per_key", {"plain": {k: per_key_us(v, keys) for k, v in plain.items()},
+                              "plain_cpu": {k: per_key_us(v, keys) for k, v in cpu.items()},
+                              "split": {label: row[1] for label, row in
+                                        zip([*order, OTHER], rows_out, strict=False)}})
+    report.save()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,51 @@
+"""The per-key task benchmark runs end to end in its --quick form (as docs/benchmarks.md shows
+it, in a subprocess, JSON to a temporary directory), so its split of the per-key path cannot
+rot unnoticed when the runner's steps are renamed or moved."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks.perkey_task import OTHER, PHASES
+
+pytestmark = pytest.mark.slow
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("perkey")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(REPO_ROOT), *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]])
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.perkey_task", "--quick", "--out-dir", str(out),
+         "--work-dir", str(out / "work")],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    data: dict[str, Any] = json.loads((out / "perkey_task.json").read_text())
+    return data
+
+
+def test_the_record_names_its_command_and_machine(result: dict[str, Any]) -> None:
+    assert result["command"].startswith("python -m benchmarks.perkey_task --quick")
+    assert len(result["machine"]["load_average"]) == 3
+
+
+def test_both_apis_are_timed_per_key(result: dict[str, Any]) -> None:
+    plain = result["us_per_key"]["plain"]
+    assert set(plain) == {"per_key", "vectorized"} and all(v > 0 for v in plain.values())
+
+
+def test_every_wrapped_step_was_reached(result: dict[str, Any]) -> None:
+    split = result["us_per_key"]["split"]
+    assert set(split) == {label for label, _, _ in PHASES} | {OTHER}
+    assert all(split[label] > 0 for label, _, _ in PHASES)
