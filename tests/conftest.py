@@ -27,6 +27,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         cases = set(callspec.id.split("-")) if callspec is not None else set()
         if "s3" in cases or S3_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.s3)
+    _longest_files_first(items)
+
+
+def _longest_files_first(items: list[pytest.Item]) -> None:
+    """Files with slow tests first, then files with Spark tests, then the rest, each file's
+    tests in their own order: `scripts/run_tests.sh` hands whole files to two processes
+    (pytest-xdist, --dist loadfile), and a long file handed out last would run alone."""
+    rank: dict[str, int] = {}
+    for item in items:
+        file_rank = (0 if item.get_closest_marker("slow") else
+                     1 if item.get_closest_marker("spark") else 2)
+        rank[item.nodeid.split("::")[0]] = min(rank.get(item.nodeid.split("::")[0], 2),
+                                               file_rank)
+    items.sort(key=lambda item: rank[item.nodeid.split("::")[0]])
 
 
 @pytest.fixture(scope="session")
