@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ import pyarrow as pa
 
 from benchmarks.harness import Report, parse_args, plan_of, profiled, scratch
 from benchmarks.spark_jobs import PerKeyCount, VectorizedCount
+from benchmarks.step_clock import StepClock
 from pyspark_dstl.backend.options import BackendOptions
 from pyspark_dstl.backend.spark.api.grouping import KeyedBatch
 from pyspark_dstl.backend.spark.api.processor import StatefulProcessor
@@ -57,15 +57,15 @@ PHASES: tuple[tuple[str, Any, str], ...] = (
 OTHER = "other (runner loop, processor's own code)"
 
 
-class PhaseClock:
+class PhaseClock(StepClock):
     """Adds up the wall time spent in the wrapped steps while `installed`; a step called
     inside another (the batch's frame, built by the first slice) counts for itself alone."""
 
     def __init__(self) -> None:
-        self.seconds: dict[str, float] = defaultdict(float)
+        super().__init__(PHASES)
         self._nested = [0.0]  # time of wrapped steps inside the step running now
 
-    def _wrap(self, label: str, function: Callable[..., Any]) -> Callable[..., Any]:
+    def wrap(self, label: str, function: Callable[..., Any]) -> Callable[..., Any]:
         seconds = self.seconds
         nested = self._nested
         clock = time.perf_counter
@@ -83,37 +83,21 @@ class PhaseClock:
 
         return timed
 
-    def _wrap_rows(self, label: str, function: Callable[..., Any]) -> Callable[..., Any]:
-        """rows_by_key returns the per-key callable: time that callable, and its own call."""
-        wrap = self._wrap
+    def replacement(self, label: str, owner: Any, attribute: str, original: Any) -> Any:
+        """A cached property's function is timed inside a cached property; rows_by_key's
+        per-key callable is timed as well as its own call."""
+        if isinstance(original, cached_property):
+            replacement = cached_property(self.wrap(label, original.func))
+            replacement.__set_name__(owner, attribute)
+            return replacement
+        if attribute == "rows_by_key":
+            wrap = self.wrap
 
-        def rows_by_key(*args: Any, **kwargs: Any) -> Any:
-            return wrap(label, wrap(label, function)(*args, **kwargs))
+            def rows_by_key(*args: Any, **kwargs: Any) -> Any:
+                return wrap(label, wrap(label, original)(*args, **kwargs))
 
-        return rows_by_key
-
-    @contextmanager
-    def installed(self) -> Iterator[PhaseClock]:
-        with ExitStack() as restore:
-            for label, owner, attribute in PHASES:
-                original = owner.__dict__.get(attribute)
-                if original is None:  # a step this version of the code does not have
-                    continue
-                if isinstance(original, cached_property):
-                    replacement: Any = cached_property(self._wrap(label, original.func))
-                    replacement.__set_name__(owner, attribute)
-                elif attribute == "rows_by_key":
-                    replacement = self._wrap_rows(label, original)
-                else:
-                    replacement = self._wrap(label, original)
-                setattr(owner, attribute, replacement)
-                restore.callback(setattr, owner, attribute, original)
-            yield self
-
-    def take(self) -> dict[str, float]:
-        taken = dict(self.seconds)
-        self.seconds.clear()
-        return taken
+            return rows_by_key
+        return self.wrap(label, original)
 
 
 def user_names(indices: np.ndarray) -> pa.Array:

@@ -14,15 +14,14 @@ flushes the batch's writes to RocksDB and the changelog) and the output's conver
 from __future__ import annotations
 
 import time
-from collections import defaultdict
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
 from benchmarks.spark_timer_jobs import PerKeyTimeout, VectorizedTimeout
+from benchmarks.step_clock import StepClock
 from pyspark_dstl.backend.options import BackendOptions
 from pyspark_dstl.backend.spark.task import runner
 from pyspark_dstl.backend.spark.task.output import OutputCollector
@@ -44,15 +43,16 @@ PROCESSORS: dict[str, Callable[[], Any]] = {"vectorized": VectorizedTimeout,
                                             "per_key": PerKeyTimeout}
 
 
-class PhaseClock:
+class PhaseClock(StepClock):
     """Adds up the wall time and this thread's CPU time spent in the wrapped steps while
     `installed` (CPU time as "<label> cpu": on a shared machine it varies far less than
     wall time, but it misses waits, e.g. for the commit's upload thread)."""
 
     def __init__(self) -> None:
-        self.seconds: dict[str, float] = defaultdict(float)
+        super().__init__([(label, owner, attribute) for label, owner, attributes in PHASES
+                          for attribute in attributes])
 
-    def _wrap(self, label: str, function: Callable[..., Any]) -> Callable[..., Any]:
+    def wrap(self, label: str, function: Callable[..., Any]) -> Callable[..., Any]:
         seconds = self.seconds
         cpu_label = label + " cpu"
 
@@ -65,23 +65,6 @@ class PhaseClock:
                 seconds[cpu_label] += time.thread_time() - began_cpu
 
         return timed
-
-    @contextmanager
-    def installed(self) -> Iterator[PhaseClock]:
-        with ExitStack() as restore:
-            for label, owner, attributes in PHASES:
-                for attribute in attributes:
-                    original = getattr(owner, attribute, None)
-                    if original is None:  # a step this version of the runner does not have
-                        continue
-                    setattr(owner, attribute, self._wrap(label, original))
-                    restore.callback(setattr, owner, attribute, original)
-            yield self
-
-    def take(self) -> dict[str, float]:
-        taken = dict(self.seconds)
-        self.seconds.clear()
-        return taken
 
 
 def breakdown(workload: Any, work: Path, modes: list[str], batches: int

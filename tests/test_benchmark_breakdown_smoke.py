@@ -4,18 +4,14 @@ library's timers cannot rot unnoticed."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support.benchmark_runs import run_quick
+
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 BATCH = "batch (engine: triggerExecution)"
 ADD_BATCH = "addBatch: foreachBatch"
 
@@ -23,16 +19,8 @@ ADD_BATCH = "addBatch: foreachBatch"
 @pytest.fixture(scope="module")
 def result(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("breakdown")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(REPO_ROOT), *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]])
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.breakdown", "--quick", "--workloads", "small,timers",
-         "--out-dir", str(out), "--img-dir", str(out), "--work-dir", str(out / "work")],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=400, check=False)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    data: dict[str, Any] = json.loads((out / "breakdown.json").read_text())
-    return data
+    return run_quick("breakdown", out, ["--workloads", "small,timers", "--img-dir", str(out)],
+                     timeout=400)
 
 
 def test_the_record_names_its_command_machine_load_and_commit(result: dict[str, Any]) -> None:

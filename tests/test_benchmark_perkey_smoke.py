@@ -4,35 +4,19 @@ rot unnoticed when the runner's steps are renamed or moved."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from benchmarks.perkey_task import OTHER, PHASES
+from tests.support.benchmark_runs import run_quick
 
 pytestmark = pytest.mark.slow
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def result(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    out = tmp_path_factory.mktemp("perkey")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(REPO_ROOT), *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]])
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.perkey_task", "--quick", "--out-dir", str(out),
-         "--work-dir", str(out / "work")],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    data: dict[str, Any] = json.loads((out / "perkey_task.json").read_text())
-    return data
+    return run_quick("perkey_task", tmp_path_factory.mktemp("perkey"))
 
 
 def test_the_record_names_its_command_and_machine(result: dict[str, Any]) -> None:

@@ -10,9 +10,7 @@ of their time importing and sleeping on the latency model); each test collects i
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,11 +18,11 @@ from typing import Any
 import pytest
 
 from benchmarks.latency import LatencyModel
+from tests.support.benchmark_runs import REPO_ROOT, quick_command, script_environment
 
 # whole scripts in subprocesses, some with their own S3 server: the full tier, not the fast one
 pytestmark = pytest.mark.slow
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 TINY = {
     "checkpoint_duration": ["--sizes", "300", "--checkpoints", "3"],
     "hedging": ["--persists", "20", "--warmup", "5"],
@@ -40,15 +38,7 @@ SCRIPT_TIMEOUT = 240
 
 
 def _command(name: str, out: Path) -> list[str]:
-    return [sys.executable, "-m", f"benchmarks.{name}", "--quick", *TINY[name],
-            "--out-dir", str(out), "--img-dir", str(out), "--work-dir", str(out / "work")]
-
-
-def _environment() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(REPO_ROOT), *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]])
-    return env
+    return quick_command(name, out, [*TINY[name], "--img-dir", str(out)])
 
 
 class Runs:
@@ -65,7 +55,7 @@ class Runs:
             out.mkdir()
             with open(out / "log.txt", "w") as log:
                 self.processes[name] = (subprocess.Popen(
-                    _command(name, out), cwd=REPO_ROOT, env=_environment(), stdout=log,
+                    _command(name, out), cwd=REPO_ROOT, env=script_environment(), stdout=log,
                     stderr=subprocess.STDOUT, text=True), out)
 
     def result(self, name: str) -> tuple[dict[str, Any], Path]:

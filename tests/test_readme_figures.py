@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -68,7 +69,7 @@ def test_the_checkpoint_figure_is_the_p99_of_the_largest_state_on_each_storage()
 
 def test_a_benchmark_without_a_result_file_is_left_out(tmp_path: Path) -> None:
     paragraph = one_line(render_paragraph(load_results(results_with(tmp_path, "spark_e2e"))))
-    assert "13.1x (per-key API) and 17.8x (vectorized API)" in paragraph
+    assert re.search(r"runs [0-9.]+x \(per-key API\) and [0-9.]+x \(vectorized API\)", paragraph)
     assert "checkpoint" not in paragraph and "hedging" not in paragraph
 
 
