@@ -8,7 +8,9 @@ bash scripts/ensure_chromium.sh
 .venv/bin/ruff check .
 .venv/bin/mypy
 # every tier (-m "" lifts the fast-tier default of pyproject.toml) in two processes, each
-# with its own SparkSession, S3 server and proxy, a whole test file at a time (pytest-xdist;
-# DSTL_TEST_WORKERS changes the count, 0 runs in this process); the slowest tests listed
+# with its own SparkSession, S3 server and proxy, a whole test file at a time in the order
+# tests/conftest.py gives (files with slow tests first; pytest-xdist would otherwise hand out
+# files with many tests first); DSTL_TEST_WORKERS changes the count, 0 runs in this process;
+# the slowest tests listed
 exec .venv/bin/python -m pytest -q -p no:cacheprovider -m "" -n "${DSTL_TEST_WORKERS:-2}" \
-    --dist loadfile --durations=15 "$@"
+    --dist loadfile --no-loadscope-reorder --durations=15 "$@"
