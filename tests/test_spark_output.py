@@ -101,13 +101,9 @@ def test_files_mode_on_the_s3_api_survives_a_failed_output_upload(
         spark: Any, s3: Any, tmp_path: Path) -> None:
     frames = make_batches(3, rows=300, keys=100, seed=23)
     write_batches(tmp_path / "in", frames)
-    options = s3.options.storage
     settings = {
         **FILES,
-        "changelog.s3.endpoint": options.s3_endpoint_url, "changelog.s3.region": options.s3_region,
-        "changelog.s3.accessKeyId": options.s3_access_key_id,
-        "changelog.s3.secretAccessKey": options.s3_secret_access_key,
-        "changelog.s3.addressingStyle": "path",
+        **s3.query_settings(),
         "query.engineCheckpointLocation": str(tmp_path / "engine"),
     }
     s3.proxy.add_rule(FaultRule("status", method="PUT", path_contains="/output/", status=503,

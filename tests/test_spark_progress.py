@@ -103,12 +103,8 @@ def test_commit_entries_record_the_batch_metrics(spark: Any, tmp_path: Path) -> 
 
 def test_batch_progress_counts_upload_retries_on_the_s3_api(spark: Any, s3: Any,
                                                              tmp_path: Path) -> None:
-    options = s3.options.storage
     settings = {
-        "changelog.s3.endpoint": options.s3_endpoint_url, "changelog.s3.region": options.s3_region,
-        "changelog.s3.accessKeyId": options.s3_access_key_id,
-        "changelog.s3.secretAccessKey": options.s3_secret_access_key,
-        "changelog.s3.addressingStyle": "path", "changelog.hedging.enabled": "false",
+        **s3.query_settings(), "changelog.hedging.enabled": "false",
         "query.engineCheckpointLocation": str(tmp_path / "engine"),
     }
     s3.proxy.add_rule(FaultRule("status", method="PUT", path_contains="/state/", status=503,
@@ -125,12 +121,8 @@ def test_batch_progress_counts_upload_retries_on_the_s3_api(spark: Any, s3: Any,
 
 def test_the_progress_branch_reads_the_batch_before_by_its_own_names_on_s3(
         spark: Any, s3: Any, tmp_path: Path) -> None:
-    options = s3.options.storage
     settings = {
-        "changelog.s3.endpoint": options.s3_endpoint_url, "changelog.s3.region": options.s3_region,
-        "changelog.s3.accessKeyId": options.s3_access_key_id,
-        "changelog.s3.secretAccessKey": options.s3_secret_access_key,
-        "changelog.s3.addressingStyle": "path",
+        **s3.query_settings(),
         "query.engineCheckpointLocation": str(tmp_path / "engine"),
     }
     _, query = run_query(spark, tmp_path, batches=3, checkpoint=s3.url, conf=settings)

@@ -223,12 +223,8 @@ def test_cache_output_mode_gives_the_same_output_and_state(spark: Any,
 def test_keyed_count_on_the_s3_api_with_hedging(spark: Any, s3: Any, tmp_path: Path) -> None:
     frames = make_batches(4, rows=300, keys=100, seed=11)
     write_batches(tmp_path / "in", frames)
-    options = s3.options.storage
     settings = {
-        "changelog.s3.endpoint": options.s3_endpoint_url, "changelog.s3.region": options.s3_region,
-        "changelog.s3.accessKeyId": options.s3_access_key_id,
-        "changelog.s3.secretAccessKey": options.s3_secret_access_key,
-        "changelog.s3.addressingStyle": "path", "changelog.hedging.enabled": "true",
+        **s3.query_settings(), "changelog.hedging.enabled": "true",
         "query.engineCheckpointLocation": str(tmp_path / "engine"),
     }
     stream = (stateful(file_stream(spark, tmp_path / "in")).group_by("user")

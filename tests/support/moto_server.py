@@ -94,6 +94,16 @@ class S3Env:
     def key_of(self, path: str) -> str:
         return f"{self.prefix}/{path}"
 
+    def query_settings(self) -> dict[str, Any]:
+        """The changelog.s3.* settings (without the spark.dstl. prefix) that point a query's
+        storage at the proxy, as a query's `conf` takes them."""
+        storage = self.options.storage
+        return {"changelog.s3.endpoint": storage.s3_endpoint_url,
+                "changelog.s3.region": storage.s3_region,
+                "changelog.s3.accessKeyId": storage.s3_access_key_id,
+                "changelog.s3.secretAccessKey": storage.s3_secret_access_key,
+                "changelog.s3.addressingStyle": "path"}
+
     def direct_get(self, path: str) -> bytes | None:
         """The object's bytes as moto holds them (bypassing the proxy), None if absent."""
         try:
