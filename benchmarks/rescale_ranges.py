@@ -12,19 +12,23 @@ Alternating in every round, each from a cold local directory:
   (snapshot files fetched, verified and linked, RocksDB opened), two at a time;
 - range rescale to `to` partitions, twice (copy by iterator + WriteBatch, and by
   SstFileWriter + ingest_external_file): fetch = every old store restored as above, once;
-  then per new partition p: a RocksDB Checkpoint (hard links) of the old store with the largest
-  overlap opened as p's store and clipped with delete_range to p's groups (checkpoint+clip);
-  the rest of p's groups copied key by key from the other overlapping old store (copy); flush;
-  and the snapshot of p uploaded by the materializer's own uploader, told that the old store's
-  snapshot files may be named instead of uploaded (SST sharing across stores): only p's new
-  files go out (upload). The same upload with no sharing (every live file of p, as today's
-  per-store dedup would) is timed apart and not in the total;
+  then per new partition p, two at a time: a RocksDB Checkpoint (hard links) of the old store
+  with the largest overlap opened as p's store and clipped with delete_range to p's groups
+  (checkpoint+clip); the rest of p's groups copied key by key from the other overlapping old
+  store (copy); flush; and the snapshot of p uploaded by the materializer's own uploader, told
+  that the old store's snapshot files may be named instead of uploaded (SST sharing across
+  stores): only p's new files go out (upload). The same upload with no sharing (every live
+  file of p, as today's per-store dedup would) is timed apart and not in the total, as is a
+  compaction of the clipped ranges afterwards;
 - today's rescale (benchmarks/rescale.py's, on an equal checkpoint in today's layout) and the
   restore of that checkpoint, unless --no-today.
 Afterwards every new store is read whole: every input key must be in exactly the partition its
 key group assigns, nothing else, and a sample of values must equal the input's.
 
-    python -m benchmarks.rescale_ranges [--quick] [--keys 1000000] [--rounds 3] [--no-today]
+A warm-up round (all of the above, not counted) comes first unless --warmup 0.
+
+    python -m benchmarks.rescale_ranges [--quick] [--keys 1000000] [--rounds 3] [--warmup 1]
+        [--no-today]
 """
 
 from __future__ import annotations
@@ -85,8 +89,8 @@ from pyspark_dstl.materializer.upload.dedup import UploadedFiles
 from pyspark_dstl.materializer.upload.uploader import SnapshotUploader
 
 NAME = "rescale_ranges"
-FULL: dict[str, Any] = {"keys": 1_000_000, "from": 4, "to": 6, "rounds": 3}
-QUICK: dict[str, Any] = {"keys": 20_000, "from": 4, "to": 6, "rounds": 1}
+FULL: dict[str, Any] = {"keys": 1_000_000, "from": 4, "to": 6, "rounds": 3, "warmup": 1}
+QUICK: dict[str, Any] = {"keys": 20_000, "from": 4, "to": 6, "rounds": 1, "warmup": 0}
 # Fixed maximum of partitions. 1024 groups: a range is one 2-byte prefix pair whatever the
 # count, up to 1024 partitions with at most 1 group (0.1% of the keys) of imbalance between
 # two partitions; Flink's default maximum for a parallelism up to 128 is 128 and it rounds
@@ -272,62 +276,68 @@ class Uploads:
 def range_rescale(target: Target, infos: dict[int, CheckpointInfo], plan: dict[str, Any],
                   mode: str, local: Path) -> tuple[dict[str, Any], dict[int, Rdict], list[Any]]:
     """The range design end to end; returns its figures and the new stores (open) for
-    verification, with what must be closed after."""
+    verification, with what must be closed after. The new partitions are made as many at
+    once as the restore loads (phase seconds are summed over them)."""
     options = backend_options(local / "old", target.options, NO_SNAPSHOTS)
     settings = RocksDBSettings.from_options(options)
     after = max(info.version for info in infos.values())
-    seconds = dict.fromkeys(PHASES, 0.0)
-    result: dict[str, Any] = {"keys_copied": 0, "bytes_read": 0, "bytes_written": 0,
-                              "bytes_referenced": 0, "files_new": 0, "files_shared": 0,
-                              "unshared_bytes_written": 0, "unshared_upload_seconds": 0.0}
+    run = uuid.uuid4().hex[:8]
     backend = StateBackend(options)
     began = time.perf_counter()
     olds = fetch(backend, target, infos)
-    seconds["fetch"] = time.perf_counter() - began
-    result["bytes_read"] = sum(restore_bytes(info) for info in infos.values())
+    fetched = time.perf_counter() - began
     uploads = Uploads(backend, target)
     for source in olds.values():
         uploads.remember(source)
-    new_dbs: dict[int, Rdict] = {}
-    run = uuid.uuid4().hex[:8]
-    for partition in range(plan["to"]):
+
+    def make(partition: int) -> tuple[dict[str, Any], Rdict]:
         (base, _, _), *others = pieces(partition, plan["from"], plan["to"])
-        whole_lo, whole_hi = group_range(partition, plan["to"])
+        lo, hi = group_range(partition, plan["to"])
+        seconds: dict[str, Any] = {}
         clock = time.perf_counter()
-        db = clone_and_clip(olds[base], str(local / "new" / str(partition)), settings,
-                            whole_lo, whole_hi)
-        seconds["clip"] += time.perf_counter() - clock
-        clock = time.perf_counter()
+        db = clone_and_clip(olds[base], str(local / "new" / str(partition)), settings, lo, hi)
+        seconds["clip"], clock = time.perf_counter() - clock, time.perf_counter()
+        copied = 0
         for index, (source, a, b) in enumerate(others):
             if mode == "batch":
-                result["keys_copied"] += copy_by_batch(db, olds[source], a, b)
+                copied += copy_by_batch(db, olds[source], a, b)
             else:
-                result["keys_copied"] += copy_by_sst(
-                    db, olds[source], a, b, settings,
-                    str(local / "new" / f"copy-{partition}-{index}.sst"))
-        seconds["copy"] += time.perf_counter() - clock
-        clock = time.perf_counter()
+                copied += copy_by_sst(db, olds[source], a, b, settings,
+                                      str(local / "new" / f"copy-{partition}-{index}.sst"))
+        seconds["copy"], clock = time.perf_counter() - clock, time.perf_counter()
         db.flush()
-        seconds["flush"] += time.perf_counter() - clock
-        store_id = f"{RESCALED}/ranges-{mode}-{run}/{partition}"
-        handle, took = uploads.upload(db, str(local / "snapshots" / f"{partition}-shared"),
-                                      store_id, after + 1, olds[base])
-        seconds["upload"] += took
-        result["bytes_written"] += handle.incremental_bytes
-        result["bytes_referenced"] += handle.total_bytes
-        result["files_new"] += sum(1 for f in _live(db) if f not in _names(olds[base]))
-        result["files_shared"] += sum(1 for f in _live(db) if f in _names(olds[base]))
-        unshared, took = uploads.upload(db, str(local / "snapshots" / f"{partition}-all"),
-                                        f"{store_id}-unshared", after + 1, None)
-        result["unshared_upload_seconds"] += took
-        result["unshared_bytes_written"] += unshared.incremental_bytes
-        new_dbs[partition] = db
-    result["seconds"] = time.perf_counter() - began
+        seconds["flush"] = time.perf_counter() - clock
+        handle, seconds["upload"] = uploads.upload(
+            db, str(local / "snapshots" / f"{partition}-shared"),
+            f"{RESCALED}/ranges-{mode}-{run}/{partition}", after + 1, olds[base])
+        live = _live(db)
+        return {**seconds, "keys_copied": copied, "bytes_written": handle.incremental_bytes,
+                "bytes_referenced": handle.total_bytes,
+                "files_new": sum(1 for f in live if f not in _names(olds[base])),
+                "files_shared": sum(1 for f in live if f in _names(olds[base]))}, db
+
+    with ThreadPoolExecutor(PARALLEL_LOADS) as pool:
+        made = list(pool.map(make, range(plan["to"])))
+    result: dict[str, Any] = {"seconds": time.perf_counter() - began,
+                              "bytes_read": sum(restore_bytes(i) for i in infos.values()),
+                              "fetch_seconds": fetched}
+    for name in ("clip", "copy", "flush", "upload"):
+        result[f"{name}_seconds"] = sum(figures[name] for figures, _ in made)
+    for name in ("keys_copied", "bytes_written", "bytes_referenced", "files_new",
+                 "files_shared"):
+        result[name] = sum(figures[name] for figures, _ in made)
     for source in olds.values():
         source.store.abort()
-    result["unshared_seconds"] = (result["seconds"] - seconds["upload"]
-                                  + result["unshared_upload_seconds"])
-    result.update({f"{phase}_seconds": value for phase, value in seconds.items()})
+    new_dbs = {partition: db for partition, (_, db) in enumerate(made)}
+    # apart, not in the time above: the same snapshots without sharing (every live file)
+    result["unshared_upload_seconds"] = 0.0
+    result["unshared_bytes_written"] = 0
+    for partition, db in new_dbs.items():
+        handle, took = uploads.upload(db, str(local / "snapshots" / f"{partition}-all"),
+                                      f"{RESCALED}/unshared-{mode}-{run}/{partition}",
+                                      after + 1, None)
+        result["unshared_upload_seconds"] += took
+        result["unshared_bytes_written"] += handle.incremental_bytes
     return result, new_dbs, [backend]
 
 
@@ -414,20 +424,26 @@ def run(args: argparse.Namespace, plan: dict[str, Any], work: Path,
     if today:
         labels += ["restore (today's layout)", "today"]
     results: dict[str, list[dict[str, Any]]] = {label: [] for label in labels}
-    for number in range(plan["rounds"]):
+    for number in range(-plan["warmup"], plan["rounds"]):
         shift = number % len(labels)
+        measured: dict[str, dict[str, Any]] = {}
         for label in labels[shift:] + labels[:shift]:
             with scratch(args, label.split()[0]) as local:
                 if label == "restore":
-                    results[label].append(restore_all(target, ranged, local))
+                    measured[label] = restore_all(target, ranged, local)
                 elif label == "restore (today's layout)":
-                    results[label].append(restore_all(today_target, plain, local))
+                    measured[label] = restore_all(today_target, plain, local)
                 elif label == "today":
-                    results[label].append(rescale_all(today_target, plain, plan["to"], local))
+                    measured[label] = rescale_all(today_target, plain, plan["to"], local)
                 else:
-                    results[label].append(measure_ranges(target, ranged, plan, label, local,
-                                                         samples))
-        line = ", ".join(f"{label} {results[label][-1]['seconds']:.2f} s" for label in labels)
+                    measured[label] = measure_ranges(target, ranged, plan, label, local,
+                                                     samples)
+        line = ", ".join(f"{label} {measured[label]['seconds']:.2f} s" for label in labels)
+        if number < 0:
+            print(f"  warm-up round (not counted): {line}", flush=True)
+            continue
+        for label, value in measured.items():
+            results[label].append(value)
         print(f"  round {number + 1}/{plan['rounds']}: {line}", flush=True)
     return results
 
@@ -442,6 +458,7 @@ def measure_ranges(target: Target, infos: dict[int, CheckpointInfo], plan: dict[
         began = time.perf_counter()
         result["verified"] = verify(dbs, plan["keys"], plan["to"], samples)
         result["verify_seconds"] = time.perf_counter() - began
+        result.update(compact(dbs, plan["to"]))
     finally:
         for db in dbs.values():
             db.close()
@@ -450,6 +467,19 @@ def measure_ranges(target: Target, infos: dict[int, CheckpointInfo], plan: dict[
     # the new snapshots' files: kept to one rescale's worth on disk
     shutil.rmtree(Path(target.url.removeprefix("file://")) / RESCALED, ignore_errors=True)
     return result
+
+
+def compact(dbs: dict[int, Rdict], partitions: int) -> dict[str, Any]:
+    """What dropping the clipped keys from the shared old files costs (after the rescale, not
+    in it): a manual compaction of each new store's deleted ranges."""
+    began = time.perf_counter()
+    for partition, db in dbs.items():
+        lo, hi = group_range(partition, partitions)
+        db.compact_range(group_key(0), group_key(lo))
+        db.compact_range(group_key(hi), group_key(KEY_GROUPS))
+    return {"compact_seconds": time.perf_counter() - began,
+            "bytes_after_compaction": sum(int(f["size"]) for db in dbs.values()
+                                          for f in db.live_files())}
 
 
 def tabulate(report: Report, results: dict[str, list[dict[str, Any]]],
@@ -474,7 +504,8 @@ def tabulate(report: Report, results: dict[str, list[dict[str, Any]]],
             summarize([r[f"{phase}_seconds"] for r in rounds])["p50"] for phase in PHASES),
             summarize([r["unshared_upload_seconds"] for r in rounds])["p50"],
             rounds[0]["keys_copied"]])
-    report.table("Range rescale phases (p50 s): fetch = restore the old stores; clip = RocksDB "
+    report.table(f"Range rescale phases (p50 s; after fetch, summed over {PARALLEL_LOADS} new "
+                 "partitions made at once): fetch = restore the old stores; clip = RocksDB "
                  "checkpoint of the base store + 2 delete_range; copy = the other store's "
                  "share key by key; flush; upload = snapshot of the new files only (old SSTs "
                  "named, not uploaded); apart: the upload of every live file (no sharing)",
@@ -488,15 +519,15 @@ def tabulate(report: Report, results: dict[str, list[dict[str, Any]]],
                           first["bytes_written"] / 1e6, first["files_new"],
                           first["files_shared"], first["bytes_referenced"] / 1e6,
                           first["unshared_bytes_written"] / 1e6,
-                          ratio(summarize([r["unshared_seconds"] for r in rounds])["p50"],
-                                restore["p50"])])
+                          first["bytes_after_compaction"] / 1e6,
+                          summarize([r["compact_seconds"] for r in rounds])["p50"]])
     report.table("Range rescale bytes: read = snapshots fetched; written = new files uploaded "
                  "with sharing; referenced = what the new snapshots name (old SSTs still "
                  "holding the clipped keys until compaction); without sharing every live "
-                 "file is uploaded",
+                 "file is uploaded; compaction of the clipped ranges measured apart, after",
                  ["variant", "read MB", "written MB", "new files", "shared files",
-                  "referenced MB", "written MB without sharing",
-                  "time vs restore without sharing"], byte_rows)
+                  "referenced MB", "written MB without sharing", "MB after compaction",
+                  "compact s"], byte_rows)
     for mode in COPY_MODES:
         value = ratio(summarize([r["seconds"] for r in results[f"ranges {mode}"]])["p50"],
                       restore["p50"])
@@ -509,10 +540,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(__doc__ or NAME, argv, [
         (["--keys"], {"type": int, "default": None}),
         (["--rounds"], {"type": int, "default": None}),
+        (["--warmup"], {"type": int, "default": None,
+                        "help": "rounds run first and not counted (1 by default, 0 in --quick)"}),
         (["--no-today"], {"action": "store_true",
                           "help": "leave out today's rescale (and its layout's restore)"}),
     ])
     plan = plan_of(args, QUICK, FULL, ("keys", "rounds"))
+    if args.warmup is not None:
+        plan["warmup"] = args.warmup
     report = Report(NAME, args, {**plan, "storage": ["file"], "value_bytes": VALUE_SIZE,
                                  "key": "one bigint grouping key", "key_groups": KEY_GROUPS,
                                  "copy_modes": COPY_MODES})
