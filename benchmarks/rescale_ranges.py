@@ -354,15 +354,16 @@ def _names(source: OldStore) -> set[str]:
 def expected_values(keys: int, seed: int, partitions: int,
                     rng: np.random.Generator) -> dict[int, dict[bytes, bytes]]:
     """A sample of each new partition's stored keys with their input values."""
-    chosen = rng.choice(keys, size=min(keys, SAMPLE_VALUES * partitions * 4), replace=False)
-    wanted = set(chosen.tolist())
+    chosen = np.sort(rng.choice(keys, size=min(keys, SAMPLE_VALUES * partitions * 4),
+                                replace=False))
     samples: dict[int, dict[bytes, bytes]] = {p: {} for p in range(partitions)}
     for numbers, blob in generated(keys, seed):
-        owners, stored = ranged_layout(numbers, partitions)
-        for i, n in enumerate(numbers.tolist()):
-            owner = int(owners[i])
-            if n in wanted and len(samples[owner]) < SAMPLE_VALUES:
-                samples[owner][PREFIX + stored[i]] = blob[i * VALUE_SIZE:(i + 1) * VALUE_SIZE]
+        offsets = np.flatnonzero(np.isin(numbers, chosen))
+        owners, stored = ranged_layout(numbers[offsets], partitions)
+        for offset, owner, key in zip(offsets.tolist(), owners.tolist(), stored, strict=True):
+            if len(samples[owner]) < SAMPLE_VALUES:
+                samples[owner][PREFIX + key] = blob[offset * VALUE_SIZE:
+                                                    (offset + 1) * VALUE_SIZE]
     return samples
 
 
