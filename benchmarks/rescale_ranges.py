@@ -483,6 +483,25 @@ def compact(dbs: dict[int, Rdict], partitions: int) -> dict[str, Any]:
                                           for f in db.live_files())}
 
 
+def round_rows(results: dict[str, list[dict[str, Any]]]) -> list[list[Any]]:
+    """Every round of every range rescale against the restore of the same round."""
+    rows = []
+    for number, restore in enumerate(results["restore"]):
+        for mode in COPY_MODES:
+            run = results[f"ranges {mode}"][number]
+            rows.append([number + 1, mode, run["seconds"], restore["seconds"],
+                         ratio(run["seconds"], restore["seconds"]), run["bytes_read"] / 1e6,
+                         run["bytes_written"] / 1e6,
+                         *(run[f"{phase}_seconds"] for phase in PHASES), run["keys_copied"]])
+    return rows
+
+
+ROUND_TITLE = ("Range rescale per round: seconds, against that round's restore; phases as "
+               "below (after fetch, summed over the partitions made at once)")
+ROUND_HEADERS = ["round", "copy", "s", "restore s", "vs restore", "read MB", "written MB",
+                 *(f"{phase} s" for phase in PHASES), "keys copied"]
+
+
 def tabulate(report: Report, results: dict[str, list[dict[str, Any]]],
              plan: dict[str, Any]) -> None:
     restore = summarize([r["seconds"] for r in results["restore"]])
@@ -491,13 +510,15 @@ def tabulate(report: Report, results: dict[str, list[dict[str, Any]]],
         timed = summarize([r["seconds"] for r in rounds])
         base = (summarize([r["seconds"] for r in results["restore (today's layout)"]])
                 if label == "today" else restore)
-        rows.append([label, timed["n"], timed["p50"], timed["min"], timed["max"],
+        shown = "today (vs its layout's restore)" if label == "today" else label
+        rows.append([shown, timed["n"], timed["p50"], timed["min"], timed["max"],
                      rounds[0]["bytes_read"] / 1e6, rounds[0].get("bytes_written", 0) / 1e6,
                      ratio(timed["p50"], base["p50"])])
     report.table(f"Range rescale {plan['from']} -> {plan['to']} vs restore on file:// of "
                  f"{plan['keys']:,} keys (G = {KEY_GROUPS} key groups)",
                  ["operation", "n", "p50 s", "min s", "max s", "read MB", "written MB",
                   "time vs restore"], rows)
+    report.table(ROUND_TITLE, ROUND_HEADERS, round_rows(results))
     phase_rows = []
     for mode in COPY_MODES:
         rounds = results[f"ranges {mode}"]
