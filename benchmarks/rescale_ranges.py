@@ -93,9 +93,9 @@ FULL: dict[str, Any] = {"keys": 1_000_000, "from": 4, "to": 6, "rounds": 3, "war
 QUICK: dict[str, Any] = {"keys": 20_000, "from": 4, "to": 6, "rounds": 1, "warmup": 0}
 # Fixed maximum of partitions. 1024 groups: a range is one 2-byte prefix pair whatever the
 # count, up to 1024 partitions with at most 1 group (0.1% of the keys) of imbalance between
-# two partitions; Flink's default maximum for a parallelism up to 128 is 128 and it rounds
-# up to 1.5x the parallelism in general, so 1024 leaves room while keeping the per-group
-# bookkeeping (timers, metrics) small.
+# two partitions; Flink's default maximum is 1.5x the parallelism rounded up to a power of
+# two, at least 128, so 1024 leaves room for several rescales up while keeping per-group
+# bookkeeping (a timer queue per group: G/P seeks per firing) small.
 KEY_GROUPS = 1024
 COPY_CHUNK = 100_000
 UPLOAD_PARALLELISM = 4
