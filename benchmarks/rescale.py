@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,10 +69,27 @@ class Target:
     s3: S3Harness | None = None
 
 
-def build(target: Target, keys: int, partitions: int, seed: int, work: Path,
-          ) -> dict[int, CheckpointInfo]:
-    """One snapshot per partition holding its keys (by Spark's hash of the bigint key)."""
+Layout = Callable[[np.ndarray, int], tuple[np.ndarray, list[bytes]]]
+"""(key numbers, partitions) -> each key's partition and its stored key."""
+
+
+def spark_layout(numbers: np.ndarray, partitions: int) -> tuple[np.ndarray, list[bytes]]:
+    """Today's layout: the partition Spark's hash of the bigint key picks, the msgpack key."""
+    owners = hash_longs(numbers).astype(np.int64) % partitions
+    return owners, [encode_key([int(n)]) for n in numbers]
+
+
+def generated(keys: int, seed: int) -> Iterator[tuple[np.ndarray, bytes]]:
+    """The input a chunk at a time: key numbers and their values' bytes (VALUE_SIZE each)."""
     rng = np.random.default_rng(seed)
+    for start in range(0, keys, CHUNK):
+        numbers = np.arange(start, min(keys, start + CHUNK), dtype=np.int64)
+        yield numbers, rng.bytes(len(numbers) * VALUE_SIZE)
+
+
+def build(target: Target, keys: int, partitions: int, seed: int, work: Path,
+          layout: Layout = spark_layout) -> dict[int, CheckpointInfo]:
+    """One snapshot per partition holding its keys (where `layout` puts them)."""
     options = backend_options(work, target.options, NO_SNAPSHOTS)
     with StateBackend(options) as backend:
         stores = []
@@ -80,11 +97,8 @@ def build(target: Target, keys: int, partitions: int, seed: int, work: Path,
             provider = backend.provider(target.url, OPERATOR, partition)
             assert isinstance(provider, ChangelogProvider)
             stores.append(provider.get_empty_store_after(0))
-        for start in range(0, keys, CHUNK):
-            numbers = np.arange(start, min(keys, start + CHUNK), dtype=np.int64)
-            owners = hash_longs(numbers).astype(np.int64) % partitions
-            blob = rng.bytes(len(numbers) * VALUE_SIZE)
-            encoded = [encode_key([int(n)]) for n in numbers]
+        for numbers, blob in generated(keys, seed):
+            owners, encoded = layout(numbers, partitions)
             values = [blob[i * VALUE_SIZE:(i + 1) * VALUE_SIZE] for i in range(len(numbers))]
             for partition, store in enumerate(stores):
                 chosen = np.flatnonzero(owners == partition)
