@@ -98,3 +98,18 @@ def test_a_readme_without_the_markers_is_refused_naming_them(tmp_path: Path) -> 
     readme.write_text("# x\n\nMeasured long ago.\n")
     with pytest.raises(SystemExit, match=START):
         main(["--readme", str(readme)])
+
+
+def test_the_native_figure_is_the_vectorized_ratio_at_the_1e6_key_shape(tmp_path: Path) -> None:
+    data = json.loads((RESULTS_DIR / "spark_e2e_1e6.json").read_text())
+    table = data["tables"][0]
+    row = next(r for r in table["rows"] if r[0] == "(a') dstl vectorized")
+    expected = f"{row[table['headers'].index('rows/s vs (d)')]:.2f}x"
+    paragraph = one_line(render_paragraph(load_results(results_with(tmp_path, "spark_e2e_1e6"))))
+    assert f"over 1 million keys its vectorized API counts {expected} the rows per second" \
+        in paragraph
+
+
+def test_without_the_1e6_key_shape_the_native_figure_is_left_out(tmp_path: Path) -> None:
+    paragraph = one_line(render_paragraph(load_results(results_with(tmp_path, "spark_e2e"))))
+    assert "groupBy().count()" not in paragraph
