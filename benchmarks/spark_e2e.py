@@ -3,7 +3,8 @@
 (a)  this library, per-key API (StatefulProcessor) through foreachBatch;
 (a') this library, vectorized API (VectorizedStatefulProcessor);
 (a'') the same with spark.dstl.query.observedMetrics=false (no progress branch: information);
-(a''') the same with spark.dstl.query.outputMode=cache (only with --modes: information);
+(a''') the same with spark.dstl.query.outputMode=cache (the output stays on the executors:
+      information, not the default);
 (b)  PySpark's applyInPandasWithState;
 (c)  PySpark's transformWithStateInPandas (opt-in with --with-tws: benchmark 7 covers it);
 (d)  Spark's own streaming groupBy().count(), in the JVM, update output mode;
@@ -24,7 +25,7 @@ applyInPandasWithState would take more than a quarter of an hour, so the slow va
 only the first `slow_files` files and restart on the next one: their batches are compared with
 the same batches of the others.
 
-    python -m benchmarks.spark_e2e [--quick] [--shape 50k|1e6] [--modes a,a2,a3,b,d,e]
+    python -m benchmarks.spark_e2e [--quick] [--shape 50k|1e6] [--modes a,a2,a3,a4,b,d,e]
         [--with-tws] [--rounds 2]
 """
 
@@ -81,7 +82,7 @@ MODES = {"a": "(a) dstl per-key", "a2": "(a') dstl vectorized",
          "a4": "(a''') dstl vectorized, outputMode=cache",
          "b": "(b) applyInPandasWithState", "c": "(c) transformWithStateInPandas",
          "d": "(d) Spark native groupBy().count()", "e": "(e) no-state floor"}
-DEFAULT_MODES = ("a", "a2", "a3", "b", "d", "e")
+DEFAULT_MODES = ("a", "a2", "a3", "a4", "b", "d", "e")
 DSTL_MODES = ("a", "a2", "a3", "a4")
 SPARK_STATE_MODES = ("b", "c", "d")  # state in the JVM's state store provider
 SLOW_MODES = ("b", "c")  # minutes per run: one round each
