@@ -3,6 +3,8 @@ each store gets only the settings it needs."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from urllib.parse import SplitResult
 
@@ -73,3 +75,22 @@ def test_s3_settings_keep_their_changelog_keys() -> None:
     options = ChangelogOptions.from_conf({"spark.dstl.changelog.s3.region": "eu-west-1",
                                           "spark.dstl.changelog.s3.maxPoolConnections": "7"})
     assert options.storage == StorageOptions(s3_region="eu-west-1", s3_max_pool_connections=7)
+
+
+def test_local_storage_never_imports_the_s3_client_libraries(tmp_path: Path) -> None:
+    """Python workers and the CLI open file:// roots far more often than they start; botocore
+    and aiohttp cost them a fifth of a second each time, so s3:// loads them on first use."""
+    script = (
+        "import sys\n"
+        "from pyspark_dstl.backend.spark.sources.progress import DstlProgressSource\n"
+        "from pyspark_dstl.changelog.options import ChangelogOptions\n"
+        "from pyspark_dstl.changelog.storage import open_storage\n"
+        f"open_storage({tmp_path.as_uri()!r}, ChangelogOptions())\n"
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('botocore', 'aiobotocore', 'aiohttp'))\n"
+        "assert not loaded, loaded\n"
+        "from pyspark_dstl.changelog.storage import S3ObjectStore\n"
+        "assert 'botocore' in sys.modules\n")
+    completed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                               timeout=120)
+    assert completed.returncode == 0, completed.stderr

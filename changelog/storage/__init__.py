@@ -26,10 +26,10 @@ from pyspark_dstl.changelog.storage.fsspec_store import FsspecObjectStore, NonAt
 from pyspark_dstl.changelog.storage.local import LocalObjectStore
 from pyspark_dstl.changelog.storage.memory import MemoryObjectStore
 from pyspark_dstl.changelog.storage.options import ConnectionNeeds, StorageOptions
-from pyspark_dstl.changelog.storage.s3 import S3ObjectStore
 
 if TYPE_CHECKING:
     from pyspark_dstl.changelog.options import ChangelogOptions
+    from pyspark_dstl.changelog.storage.s3 import S3ObjectStore
 
 __all__ = [
     "OBJECT_STORE_FACTORIES",
@@ -92,7 +92,19 @@ def _open_memory(url: str, parts: SplitResult, storage: StorageOptions,
 
 def _open_s3(url: str, parts: SplitResult, storage: StorageOptions,
              needs: ConnectionNeeds) -> ObjectStore:
+    from pyspark_dstl.changelog.storage.s3 import S3ObjectStore  # botocore only when used
+
     return _named(url, parts, lambda bucket, prefix: S3ObjectStore(bucket, prefix, storage, needs))
+
+
+def __getattr__(name: str) -> object:
+    """`S3ObjectStore` on first use: its S3 client libraries take a fifth of a second to import,
+    which every process that opens only local storage (Python workers, the CLI) would pay."""
+    if name == "S3ObjectStore":
+        from pyspark_dstl.changelog.storage.s3 import S3ObjectStore
+
+        return S3ObjectStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _named(url: str, parts: SplitResult, make: Callable[[str, str], ObjectStore]) -> ObjectStore:
