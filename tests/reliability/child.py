@@ -15,6 +15,21 @@ from typing import IO, Any
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 Event = dict[str, Any]
+STOP_TIMEOUT = 30.0  # a thread in an uninterruptible write on a busy disk stops late
+
+
+def _all_threads_stopped(pid: int) -> bool:
+    """Every thread of `pid` is in the stopped state (Linux /proc); True where /proc does not
+    tell (the signal is then all there is to go by)."""
+    tasks = Path(f"/proc/{pid}/task")
+    if not tasks.is_dir():
+        return True
+    try:
+        states = [(task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                  for task in tasks.iterdir()]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False  # a thread ended while being looked at: look again
+    return bool(states) and all(state in ("T", "t") for state in states)
 
 
 class ChildRun:
@@ -103,10 +118,21 @@ class ChildRun:
         return True
 
     def pause(self) -> bool:
-        """SIGSTOP the child (a zombie in the making); False when it had already exited."""
+        """SIGSTOP the child (a zombie in the making) and wait until every thread of it has
+        stopped; False when it had already exited. A thread inside a system call stops only
+        when the call returns, so a file it was creating (a lease renewal) may still appear
+        after the signal: the child is a zombie once nothing of it runs."""
         if not self.alive:
             return False
         os.kill(self.process.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + STOP_TIMEOUT
+        while not _all_threads_stopped(self.process.pid):
+            if not self.alive:
+                return False
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"child {self.process.pid} did not stop within "
+                                   f"{STOP_TIMEOUT:g} s of SIGSTOP")
+            time.sleep(0.005)
         return True
 
     def resume(self) -> None:

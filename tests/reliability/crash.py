@@ -282,7 +282,8 @@ class CrashHarness:
             heir.kill()
             heir.wait(CHILD_TIMEOUT)
             raise CrashFailure(f"run {self.stats.runs}: the resumed zombie was not fenced: "
-                               f"exit {code}, events {zombie.events[-3:]}"
+                               f"exit {code}, events {zombie.events[-3:]}; the heir: "
+                               f"{heir.first('refused') or heir.events[-3:]}"
                                f"\n{zombie.stderr_tail()}")
         self._record_committed(zombie)
         assert holding is not None
