@@ -51,8 +51,10 @@ def test_transient_failures_are_retried_until_the_upload_lands(
 
 
 def test_attempt_that_times_out_is_retried(s3: S3Env) -> None:
-    options = s3.options.with_changes(attempt_timeout=0.3, **FAST_RETRIES)
-    s3.proxy.add_rule(FaultRule("timeout", method="PUT", delay=5.0, times=1))
+    # the held attempt times out; the retry must land inside the same timeout on a machine
+    # busy with the other test process (a 0.3 s timeout once left a retry too little)
+    options = s3.options.with_changes(attempt_timeout=2.0, **FAST_RETRIES)
+    s3.proxy.add_rule(FaultRule("timeout", method="PUT", delay=10.0, times=1))
     with ChangelogStorage(s3.url, options) as storage:
         etag = storage.put("objects/a", b"data")
         metrics = storage.metrics_snapshot()
