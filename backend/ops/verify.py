@@ -2,7 +2,12 @@
 
 It also counts the attempts that are checkpoints; one whose commit never completed (aborted or
 crashed after early uploads) is not a checkpoint and is listed apart, not as a problem, unless
-the latest commit builds on it.
+the latest commit builds on it. The same holds for a snapshot manifest that names a file no
+longer there while no commit entry adopted it or reports it in flight: a run that lost the root
+(or died) can land its manifest after the new holder's cleanup took the files of that upload.
+No commit adopts such a manifest (adoption checks every file first), so it is a leftover that
+the next cleanup removes, not damage. A present file that differs from its manifest is always
+a problem: files are never rewritten.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from pyspark_dstl.backend.lineage.commit_entry import CommitEntry, Fence, decode
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
 from pyspark_dstl.backend.lineage.completion import status_from_files
 from pyspark_dstl.backend.lineage.listing import StoreDirListing, list_stores
+from pyspark_dstl.backend.lineage.naming import snapshot_path
 from pyspark_dstl.backend.lineage.rules import HeaderMeta
 from pyspark_dstl.backend.ops.attempts import StorageSource, attempts_of
 from pyspark_dstl.backend.ops.schema_records import schema_record_problems
@@ -46,9 +52,10 @@ def verify_report(storage: RemoteFiles) -> VerifyReport:
     present = {info.path for listing in listings.values() for info in listing.all_files}
     report = VerifyReport()
     latest_attempts: set[tuple[str, int, str]] = set()
-    report.problems = _verify_commit_log(storage, present, latest_attempts)
+    needed_manifests: set[str] = set()
+    report.problems = _verify_commit_log(storage, present, latest_attempts, needed_manifests)
     for listing in listings.values():
-        _verify_store(storage, listing, report, latest_attempts)
+        _verify_store(storage, listing, report, latest_attempts, needed_manifests)
     report.problems.extend(_verify_schema_records(storage))
     return report
 
@@ -67,9 +74,11 @@ def _get(storage: RemoteFiles, path: str) -> bytes:
 
 
 def _verify_commit_log(storage: RemoteFiles, present: set[str],
-                       latest_attempts: set[tuple[str, int, str]]) -> list[str]:
+                       latest_attempts: set[tuple[str, int, str]],
+                       needed_manifests: set[str]) -> list[str]:
     """Every entry and fence decodes; the newest entry names only files that exist (its
-    attempts are added to `latest_attempts`: each must be a completed commit)."""
+    attempts are added to `latest_attempts`: each must be a completed commit). Manifests any
+    entry adopted, and those the newest reports in flight, go to `needed_manifests`."""
     problems: list[str] = []
     entries: list[tuple[int, int, CommitEntry]] = []
     for batch_id, gens in CommitLog(storage).generations().items():
@@ -84,9 +93,14 @@ def _verify_commit_log(storage: RemoteFiles, present: set[str],
             if record.batch_id != batch_id:
                 problems.append(f"commit log {info.path}: holds batch {record.batch_id}")
             entries.append((batch_id, generation, record))
+            needed_manifests.update(info.materialized.manifest_path for info in record.infos()
+                                    if info.materialized is not None)
     latest_paths: set[str] = set()
     if entries:
         for checkpoint in max(entries, key=lambda item: item[:2])[2].infos():
+            if checkpoint.pending_snapshot is not None:
+                needed_manifests.add(snapshot_path(checkpoint.store_id,
+                                                   *checkpoint.pending_snapshot))
             latest_attempts.update((checkpoint.store_id, v, uid)
                                    for v, uid in checkpoint.lineage)
             latest_paths.update(checkpoint.changelog.paths)
@@ -98,7 +112,7 @@ def _verify_commit_log(storage: RemoteFiles, present: set[str],
 
 
 def _verify_store(storage: RemoteFiles, listing: StoreDirListing, report: VerifyReport,
-                  latest_attempts: set[tuple[str, int, str]]) -> None:
+                  latest_attempts: set[tuple[str, int, str]], needed_manifests: set[str]) -> None:
     problems = report.problems
     store_id = listing.store_id
     for attempt in attempts_of(listing).values():
@@ -131,33 +145,50 @@ def _verify_store(storage: RemoteFiles, listing: StoreDirListing, report: Verify
                             f"{attempt.label}, whose commit is not complete: {status.reason}")
         else:
             report.uncommitted.append(f"store {store_id}: {attempt.label}: {status.reason}")
-    problems += _verify_manifests(storage, listing)
+    _verify_manifests(storage, listing, report, needed_manifests)
 
 
-def _verify_manifests(storage: RemoteFiles, listing: StoreDirListing) -> list[str]:
-    problems: list[str] = []
+def _verify_manifests(storage: RemoteFiles, listing: StoreDirListing, report: VerifyReport,
+                      needed_manifests: set[str]) -> None:
+    """Every manifest reads and its present files match it; a missing file is a problem when
+    a commit needs the manifest, and marks an abandoned upload otherwise (module docstring).
+    Needed manifests go first, so a file they share with another is judged as needed."""
     sizes = {info.path: info.size for info in listing.data_files}
     checked: set[str] = set()
-    for _, info in listing.manifests:
+    ordered = sorted((info for _, info in listing.manifests),
+                     key=lambda info: info.path not in needed_manifests)
+    for info in ordered:
         try:
             manifest = storage.loop.run(aread_manifest(storage, info.path))
         except MaterializerError as exc:
-            problems.append(f"snapshot {info.path}: {exc}")
+            report.problems.append(f"snapshot {info.path}: {exc}")
             continue
-        problems += _verify_snapshot_files(storage, info.path, manifest, sizes, checked)
-    return problems
+        missing = _verify_snapshot_files(storage, info.path, manifest, sizes, checked,
+                                         report.problems)
+        if not missing:
+            continue
+        if info.path in needed_manifests:
+            report.problems += [f"snapshot {info.path}: file {path} is missing"
+                                for path in missing]
+        else:
+            report.uncommitted.append(
+                f"store {listing.store_id}: snapshot {info.path}: no commit adopted it and "
+                f"{len(missing)} file(s) it names are gone (e.g. {missing[0]}): an upload "
+                f"abandoned by a run that lost the root or died; the next cleanup removes it")
 
 
 def _verify_snapshot_files(storage: RemoteFiles, manifest_path: str, manifest: SnapshotManifest,
-                           sizes: dict[str, int], checked: set[str]) -> list[str]:
-    problems: list[str] = []
+                           sizes: dict[str, int], checked: set[str],
+                           problems: list[str]) -> list[str]:
+    """Appends what is wrong with present files to `problems`; returns the missing ones."""
+    missing: list[str] = []
     for file in manifest.files:
+        if file.dfs_path not in sizes:
+            missing.append(file.dfs_path)
+            continue
         if file.dfs_path in checked:
             continue
         checked.add(file.dfs_path)
-        if file.dfs_path not in sizes:
-            problems.append(f"snapshot {manifest_path}: file {file.dfs_path} is missing")
-            continue
         if sizes[file.dfs_path] != file.size:
             problems.append(f"snapshot {manifest_path}: file {file.dfs_path} has "
                             f"{sizes[file.dfs_path]} bytes, manifest says {file.size}")
@@ -171,4 +202,4 @@ def _verify_snapshot_files(storage: RemoteFiles, manifest_path: str, manifest: S
             problems.append(f"snapshot {manifest_path}: file {file.dfs_path} fails its "
                             f"checksum (CRC-32 {crc32_of(data):#010x}, manifest "
                             f"{file.checksum:#010x})")
-    return problems
+    return missing
