@@ -47,9 +47,13 @@ class ChildRun:
         child_env.update(env or {})
         self.stderr_path = stderr_path
         self._stderr: IO[bytes] = open(stderr_path, "wb")  # noqa: SIM115 - closed in wait()
+        # A session of its own: the kernel continues every stopped member of a process group
+        # that becomes orphaned (the shell that started the suite exiting, say), which would
+        # wake a paused zombie before the harness resumes it.
         self.process = subprocess.Popen(
             [sys.executable, "-m", module, *args], cwd=REPO_ROOT, env=child_env,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True)
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True,
+            start_new_session=True)
         self.events: list[Event] = []
         self._changed = threading.Condition()
         self._eof = False
@@ -134,6 +138,11 @@ class ChildRun:
                                    f"{STOP_TIMEOUT:g} s of SIGSTOP")
             time.sleep(0.005)
         return True
+
+    @property
+    def stopped(self) -> bool:
+        """Every thread of the child is stopped (it was paused and nothing continued it)."""
+        return self.alive and _all_threads_stopped(self.process.pid)
 
     def resume(self) -> None:
         if self.alive:

@@ -276,12 +276,14 @@ class CrashHarness:
             heir.wait_for(_committed_n(1), CHILD_TIMEOUT)
             entries_at_takeover = self._commit_entries()
         finally:
+            still_paused = zombie.stopped
             zombie.resume()
         code = zombie.wait(CHILD_TIMEOUT)
         if code != EXIT_FENCED or zombie.first("fenced") is None or took is None:
             heir.kill()
             heir.wait(CHILD_TIMEOUT)
-            raise CrashFailure(f"run {self.stats.runs}: the resumed zombie was not fenced: "
+            woke = "" if still_paused else " (it was running again before the harness resumed it)"
+            raise CrashFailure(f"run {self.stats.runs}: the resumed zombie was not fenced{woke}: "
                                f"exit {code}, events {zombie.events[-3:]}; the heir: "
                                f"{heir.first('refused') or heir.events[-3:]}"
                                f"\n{zombie.stderr_tail()}")
