@@ -185,7 +185,8 @@ def _import_state(args: argparse.Namespace, out: TextIO) -> int:
 
 def _rescale(args: argparse.Namespace, storage: ChangelogStorage, fencing: FencingOptions,
              out: TextIO) -> int:
-    """Keys are routed by Spark's hash computed in Python: no pyspark import."""
+    """Ranges of key groups move; a hash-layout checkpoint's keys are hashed in Python (no
+    pyspark import) and migrated to key groups once."""
     from pyspark_dstl.backend.options import BackendOptions
     from pyspark_dstl.backend.spark.driver.rescale import rescale_offline
 
@@ -200,11 +201,13 @@ def _rescale(args: argparse.Namespace, storage: ChangelogStorage, fencing: Fenci
         print(json.dumps(record, indent=1, sort_keys=True), file=out)
     elif not record["changed"]:
         print(f"operator {record['operator']!r} already has {record['partitions']} "
-              f"partition(s) at batch {record['batch_id']}: nothing to do", file=out)
+              f"partition(s) in {record['key_groups']} key groups at batch "
+              f"{record['batch_id']}: nothing to do", file=out)
     else:
-        print(f"rescaled operator {record['operator']!r} at batch {record['batch_id']} from "
-              f"{record['from_partitions']} to {record['to_partitions']} partition(s): "
-              f"{record['keys']} key(s), {record['keys_moved']} moved, "
+        done = "migrated to key groups" if record["migration"] else "rescaled"
+        print(f"{done} operator {record['operator']!r} at batch {record['batch_id']} from "
+              f"{record['from_partitions']} to {record['to_partitions']} partition(s) "
+              f"({record['method']}): {record['keys']} key(s), {record['keys_moved']} moved, "
               f"{record['bytes_read']} bytes read, {record['bytes_written']} bytes written, "
               f"{record['seconds']:.2f} s; new layout in {record['commit_entry']}", file=out)
     return 0

@@ -1,7 +1,8 @@
 """`python -m pyspark_dstl rescale <checkpoint> --partitions N`, without Spark: every key (state
-variables and timers alike) ends in the partition Spark's hash assigns under N, nothing is
+variables and timers alike) ends in the partition owning its key group under N, nothing is
 lost or added, and a kill at any point leaves the old layout or the new one, never a mix; a
-rerun finishes the job."""
+rerun finishes the job. A checkpoint of the hash layout (written before key groups) is
+migrated to key groups once, key by key; after that, rescales move ranges."""
 
 from __future__ import annotations
 
@@ -33,16 +34,18 @@ USERS = users(400)
 OLD, NEW = 3, 5
 
 
-def build(env: BackendEnv, key_types: list[str] | None = KEY_TYPES) -> Content:
-    return build_checkpoint(env, OLD, USERS, key_types=key_types)
+def build(env: BackendEnv, key_types: list[str] | None = KEY_TYPES,
+          grouped: bool = True) -> Content:
+    return build_checkpoint(env, OLD, USERS, key_types=key_types, grouped=grouped)
 
 
 def latest(env: BackendEnv) -> CommitEntry:
     return latest_entry(env)
 
 
-def assert_layout(env: BackendEnv, partitions: int, content: Content) -> None:
-    check_layout(env, content, partitions)
+def assert_layout(env: BackendEnv, partitions: int, content: Content,
+                  grouped: bool = True) -> None:
+    check_layout(env, content, partitions, grouped)
 
 
 def rescale(env: BackendEnv, *args: str) -> tuple[int, str]:
@@ -58,12 +61,43 @@ def env(tmp_path: Path) -> Iterator[BackendEnv]:
     made.close()
 
 
-def test_rescale_puts_every_key_and_timer_where_sparks_hash_assigns_it(env: BackendEnv) -> None:
+def test_rescale_puts_every_key_and_timer_in_the_partition_owning_its_key_group(
+        env: BackendEnv) -> None:
     content = build(env)
     status, text = rescale(env, "--partitions", str(NEW))
     assert status == 0, text
-    assert f"from {OLD} to {NEW} partition(s)" in text
+    assert f"rescaled operator {OPERATOR!r} at batch 1 from {OLD} to {NEW} partition(s) " \
+        f"(ranges of key groups)" in text
     assert_layout(env, NEW, content)
+
+
+def test_a_hash_layout_checkpoint_is_migrated_to_key_groups_key_by_key(env: BackendEnv) -> None:
+    content = build(env, grouped=False)
+    check_layout(env, content, OLD, grouped=False)
+    status, text = rescale(env, "--partitions", str(NEW))
+    assert status == 0, text
+    assert f"migrated to key groups operator {OPERATOR!r} at batch 1 from {OLD} to {NEW}" in text
+    assert_layout(env, NEW, content)
+    record = latest(env).extra["rescale"]
+    assert record["migration"] is True and record["method"].startswith("keys")
+
+
+def test_a_hash_layout_checkpoint_is_migrated_even_at_its_own_partition_count(
+        env: BackendEnv) -> None:
+    content = build(env, grouped=False)
+    status, text = rescale(env, "--partitions", str(OLD))
+    assert status == 0 and "migrated to key groups" in text
+    assert_layout(env, OLD, content)
+    assert "nothing to do" in rescale(env, "--partitions", str(OLD))[1]
+
+
+def test_after_the_migration_a_rescale_moves_ranges(env: BackendEnv) -> None:
+    content = build(env, grouped=False)
+    assert rescale(env, "--partitions", str(NEW))[0] == 0
+    assert rescale(env, "--partitions", "2")[0] == 0
+    record = latest(env).extra["rescale"]
+    assert (record["migration"], record["method"]) == (False, "ranges of key groups")
+    assert_layout(env, 2, content)
 
 
 def test_rescaled_stores_are_new_stores_numbered_after_the_old_versions(
@@ -108,13 +142,27 @@ def test_inspect_and_verify_show_the_layout_of_every_batch(env: BackendEnv) -> N
         assert main([command, env.url], out=out) == 0
         text = out.getvalue()
         assert f"layout batch 0: {OPERATOR} {OLD} partition(s)" in text
-        assert (f"layout batch 1: {OPERATOR} {NEW} partition(s) by pmod(hash(key columns), "
-                f"partitions) (rescaled offline from {OLD} partition(s) at batch 1)") in text
+        assert (f"layout batch 1: {OPERATOR} {NEW} partition(s) by 4096 key groups "
+                f"(pmod(hash(key columns), 4096)), each partition owning a contiguous range "
+                f"(rescaled by moving ranges offline from {OLD} partition(s) at batch 1)"
+                ) in text
     out = io.StringIO()
     assert main(["inspect", env.url, "--json"], out=out) == 0
     layouts = json.loads(out.getvalue())["layouts"]
-    assert [(item["batch_id"], item["operators"][OPERATOR]) for item in layouts] == \
-        [(0, OLD), (1, NEW)]
+    assert [(item["batch_id"], item["operators"][OPERATOR], item["key_groups"])
+            for item in layouts] == [(0, OLD, 4096), (1, NEW, 4096)]
+
+
+def test_inspect_shows_the_hash_layout_and_its_migration(env: BackendEnv) -> None:
+    build(env, grouped=False)
+    assert rescale(env, "--partitions", str(NEW))[0] == 0
+    out = io.StringIO()
+    assert main(["inspect", env.url], out=out) == 0
+    text = out.getvalue()
+    assert (f"layout batch 0: {OPERATOR} {OLD} partition(s) by pmod(hash(key columns), "
+            f"partitions) (the hash layout") in text
+    assert (f"layout batch 1: {OPERATOR} {NEW} partition(s) by 4096 key groups") in text
+    assert f"(migrated to key groups offline from {OLD} partition(s) at batch 1)" in text
 
 
 def test_a_partition_count_below_one_is_refused_naming_the_option(
@@ -146,9 +194,9 @@ def test_rescale_to_the_same_count_changes_nothing(env: BackendEnv) -> None:
     assert latest(env).extra.get("rescale") is None
 
 
-def test_a_checkpoint_without_recorded_key_types_needs_them_named(
+def test_migrating_a_checkpoint_without_recorded_key_types_needs_them_named(
         env: BackendEnv, capsys: pytest.CaptureFixture[str]) -> None:
-    content = build(env, key_types=None)
+    content = build(env, key_types=None, grouped=False)
     assert rescale(env, "--partitions", str(NEW))[0] == 2
     assert "--key-types" in capsys.readouterr().err
     assert latest(env).operators[OPERATOR].num_partitions == OLD
@@ -157,9 +205,23 @@ def test_a_checkpoint_without_recorded_key_types_needs_them_named(
     assert latest(env).extra["key_types"] == ["string"]
 
 
+def test_a_range_rescale_needs_no_key_types(env: BackendEnv) -> None:
+    content = build(env, key_types=None)
+    assert rescale(env, "--partitions", str(NEW))[0] == 0
+    assert_layout(env, NEW, content)
+
+
+def test_more_partitions_than_key_groups_are_refused_naming_the_limit(
+        env: BackendEnv, capsys: pytest.CaptureFixture[str]) -> None:
+    build(env)
+    assert rescale(env, "--partitions", "5000")[0] == 2
+    assert "choose at most 4096 partitions" in capsys.readouterr().err
+    assert latest(env).operators[OPERATOR].num_partitions == OLD
+
+
 @pytest.mark.s3
-def test_rescale_on_s3_puts_every_key_where_sparks_hash_assigns_it(s3: S3Env,
-                                                                   tmp_path: Path) -> None:
+def test_rescale_on_s3_puts_every_key_in_the_partition_owning_its_key_group(
+        s3: S3Env, tmp_path: Path) -> None:
     made = s3_env(s3, tmp_path)
     content = build(made)
     status, text = rescale(made, "--partitions", str(NEW), "--s3-endpoint", s3.endpoint_url,
@@ -174,8 +236,10 @@ def test_rescale_on_s3_puts_every_key_where_sparks_hash_assigns_it(s3: S3Env,
 
 # --- crashes -------------------------------------------------------------------------------------
 
-KILL_POINTS = ["rescale_store_committed:1", "rescale_store_committed:4", "rescale_stores_done",
-               "commit_log_before", "commit_log_after"]
+RANGE_KILL_POINTS = ["rescale_store_committed:1", "rescale_store_committed:4",
+                     "rescale_stores_done", "commit_log_before", "commit_log_after"]
+MIGRATION_KILL_POINTS = ["rescale_store_committed:1", "rescale_store_committed:4",
+                         "rescale_stores_done", "commit_log_before", "commit_log_after"]
 
 
 def run_tool(env: BackendEnv, kill: str | None) -> subprocess.CompletedProcess[str]:
@@ -188,18 +252,30 @@ def run_tool(env: BackendEnv, kill: str | None) -> subprocess.CompletedProcess[s
                           text=True, timeout=120, check=False)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("kill", KILL_POINTS)
-def test_a_kill_during_a_rescale_leaves_one_whole_layout_and_a_rerun_finishes_it(
-        env: BackendEnv, kill: str) -> None:
-    content = build(env)
+def kill_and_rerun(env: BackendEnv, kill: str, grouped: bool) -> None:
+    content = build(env, grouped=grouped)
     killed = run_tool(env, kill)
     assert killed.returncode == -9, killed.stderr
     partitions = latest(env).operators[OPERATOR].num_partitions
-    assert partitions == (NEW if kill == "commit_log_after" else OLD)
-    assert_layout(env, partitions, content)
+    done = kill == "commit_log_after"
+    assert partitions == (NEW if done else OLD)
+    assert_layout(env, partitions, content, grouped=grouped or done)
     assert main(["verify", env.url], out=io.StringIO()) == 0
     rerun = run_tool(env, None)
     assert rerun.returncode == 0, rerun.stderr
     assert_layout(env, NEW, content)
     assert main(["verify", env.url], out=io.StringIO()) == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kill", RANGE_KILL_POINTS)
+def test_a_kill_during_a_range_rescale_leaves_one_whole_layout_and_a_rerun_finishes_it(
+        env: BackendEnv, kill: str) -> None:
+    kill_and_rerun(env, kill, grouped=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kill", MIGRATION_KILL_POINTS)
+def test_a_kill_during_a_migration_leaves_one_whole_layout_and_a_rerun_finishes_it(
+        env: BackendEnv, kill: str) -> None:
+    kill_and_rerun(env, kill, grouped=False)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -47,14 +48,16 @@ def commit_entries(checkpoint: str) -> dict[int, Any]:
 
 def assert_keys_where_spark_hashes_them(spark: Any, checkpoint: str, partitions: int,
                                         batch_id: int | None = None) -> None:
-    """Every stored row's partition is Spark's own pmod(hash(user), partitions)."""
+    """Every stored row's partition owns the key group of Spark's own
+    pmod(hash(user), 4096): floor(group * partitions / 4096)."""
     from pyspark.sql import functions as F
 
     state = read_state(spark, checkpoint, batch_id).toPandas()
     users = sorted({json.loads(key)[0] for key in state["key"]})
     expected = {row["user"]: row["p"] for row in spark.createDataFrame(
         [(u,) for u in users], "user string").select(
-        "user", F.pmod(F.hash("user"), F.lit(partitions)).alias("p")).collect()}
+        "user", F.expr(f"cast(pmod(hash(user), 4096) * {partitions} div 4096 as int)")
+        .alias("p")).collect()}
     assert len(state) > 0
     for key, partition in zip(state["key"], state["partition"], strict=True):
         assert partition == expected[json.loads(key)[0]], key
@@ -121,7 +124,8 @@ def session_batches() -> list[pd.DataFrame]:
     return frames
 
 
-def run_sessions(spark: Any, checkpoint: Path, partitions_by_batch: list[int]) -> Rows:
+def run_sessions(spark: Any, checkpoint: Path, partitions_by_batch: list[int],
+                 first_batch: int = 0) -> Rows:
     outputs: Rows = {}
 
     def sink_for(batch_id: int) -> Callable[[Any, int], None]:
@@ -129,8 +133,9 @@ def run_sessions(spark: Any, checkpoint: Path, partitions_by_batch: list[int]) -
             outputs[batch_id] = sorted(tuple(row) for row in df.collect())
         return sink
 
-    for batch_id, (frame, partitions) in enumerate(zip(session_batches(), partitions_by_batch,
-                                                       strict=True)):
+    batches = session_batches()[first_batch:]
+    for batch_id, (frame, partitions) in enumerate(zip(batches, partitions_by_batch,
+                                                       strict=True), start=first_batch):
         data = spark.createDataFrame(frame, EVENT_SCHEMA)
         stream = (stateful(data).group_by("user")
                   .process(InactivitySessions(), SESSION_SCHEMA, checkpoint=str(checkpoint),
@@ -158,6 +163,30 @@ def test_outputs_after_rescales_3_7_2_equal_those_of_a_run_that_never_rescaled(
     assert sorted(map(tuple, state[columns].astype(str).values)) == \
         sorted(map(tuple, moved[columns].astype(str).values))
     assert (moved["kind"] == "timer").any()
+
+
+HASH_LAYOUT = Path(__file__).parent / "fixtures" / "hash_layout_sessions"
+
+
+@pytest.mark.slow
+def test_a_checkpoint_of_the_hash_layout_is_migrated_once_and_continues_exactly(
+        spark: Any, tmp_path: Path) -> None:
+    """Written before key groups (its first three batches, 3 partitions): the next start
+    migrates it key by key, later rescales move ranges, and every output equals a run that
+    was in key groups from the start."""
+    steady = run_sessions(spark, tmp_path / "steady", [3] * 8)
+    shutil.copytree(HASH_LAYOUT, tmp_path / "old")
+    continued = run_sessions(spark, tmp_path / "old", [3, 3, 7, 7, 2], first_batch=3)
+    assert continued == {batch: steady[batch] for batch in range(3, 8)}
+    entries = commit_entries(str(tmp_path / "old"))
+    assert "layout" not in entries[2].extra
+    migration, rescale = entries[3].extra["rescale"], entries[5].extra["rescale"]
+    assert (migration["migration"], migration["from_partitions"], migration["to_partitions"]) \
+        == (True, 3, 3)
+    assert (rescale["method"], rescale["from_partitions"], rescale["to_partitions"]) == \
+        ("ranges of key groups", 3, 7)
+    assert all(entries[b].extra["layout"] == {"key_groups": 4096} for b in range(3, 8))
+    assert_keys_where_spark_hashes_them(spark, str(tmp_path / "old"), 2)
 
 
 # --- the drop-in switch ---------------------------------------------------------------------------

@@ -12,12 +12,23 @@ hash is the caller's.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 KEY_GROUPS = 4096  # the number of key groups of a new checkpoint; at most this many partitions
 GROUP_WIDTH = 2  # bytes of the big-endian key group in front of a stored grouping key
 MAX_KEY_GROUPS = 1 << (8 * GROUP_WIDTH)
+LAYOUT = "layout"  # commit entry extra of the key-group layout: {"key_groups": G}
+
+
+def key_groups_in(extra: dict[str, Any]) -> int | None:
+    """The key groups a commit entry's `extra` records; None for the hash layout (keys
+    without groups, each in partition pmod(hash, n): written before key groups existed)."""
+    layout = extra.get(LAYOUT)
+    if not isinstance(layout, dict) or not isinstance(layout.get("key_groups"), int):
+        return None
+    return int(layout["key_groups"])
 
 
 def owner(groups: np.ndarray, partitions: int, key_groups: int) -> np.ndarray:

@@ -7,8 +7,18 @@ from typing import Any
 
 from pyspark_dstl.backend.errors import CommitLogError
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
+from pyspark_dstl.backend.ops.key_groups import key_groups_in
 
-PARTITIONING = "pmod(hash(key columns), partitions)"
+HASH_LAYOUT = ("pmod(hash(key columns), partitions) (the hash layout, written before key "
+               "groups: migrated to key groups at the next start or rescale)")
+
+
+def partitioning(key_groups: int | None) -> str:
+    """How a batch's keys map to partitions, in words."""
+    if key_groups is None:
+        return HASH_LAYOUT
+    return (f"{key_groups} key groups (pmod(hash(key columns), {key_groups})), each partition "
+            f"owning a contiguous range")
 
 
 def batch_layouts(log: CommitLog, problems: list[str]) -> list[dict[str, Any]]:
@@ -30,11 +40,13 @@ def batch_layouts(log: CommitLog, problems: list[str]) -> list[dict[str, Any]]:
             "batch_id": batch_id,
             "operators": {name: commit.num_partitions
                           for name, commit in sorted(entry.operators.items())},
-            "partitioning": PARTITIONING,
+            "key_groups": key_groups_in(entry.extra),
+            "partitioning": partitioning(key_groups_in(entry.extra)),
             "key_types": entry.extra.get("key_types"),
             "rescale": None if not isinstance(rescale, dict) else {
                 key: rescale.get(key) for key in ("from_partitions", "to_partitions", "mode",
-                                                  "batch_id", "keys", "seconds")},
+                                                  "batch_id", "keys", "seconds", "method",
+                                                  "migration")},
         })
     return layouts
 
@@ -45,6 +57,7 @@ def format_layouts(layouts: list[dict[str, Any]]) -> list[str]:
     start = 0
     for index in range(1, len(layouts) + 1):
         if index < len(layouts) and layouts[index]["operators"] == layouts[start]["operators"] \
+                and layouts[index]["key_groups"] == layouts[start]["key_groups"] \
                 and layouts[index]["rescale"] is None:
             continue
         first, last = layouts[start], layouts[index - 1]
@@ -55,7 +68,9 @@ def format_layouts(layouts: list[dict[str, Any]]) -> list[str]:
         line = f"layout {span}: {parts} by {first['partitioning']}"
         rescale = first["rescale"]
         if rescale is not None:
-            line += (f" (rescaled {rescale['mode']} from {rescale['from_partitions']} "
+            done = ("migrated to key groups" if rescale.get("migration")
+                    else "rescaled by moving ranges" if rescale.get("method") else "rescaled")
+            line += (f" ({done} {rescale['mode']} from {rescale['from_partitions']} "
                      f"partition(s) at batch {rescale['batch_id']})")
         lines.append(line)
         start = index

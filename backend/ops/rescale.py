@@ -1,7 +1,10 @@
 """Rescale: the state of one operator's partitions, redistributed over a new number of them.
 
-Every key of every old store is read once and written to the new partition `route` names (the
-caller knows the partitioning; this module only moves bytes). Each new partition gets a fresh
+Every key of every old store is read once and written, as `place` gives it, to the new
+partition `place` names (the caller knows the partitioning and the stored key format; this
+module only moves bytes). It is the way from a layout whose keys do not carry their key group
+(the migration to key groups) and works for any layout; a checkpoint already in key groups is
+rescaled by moving ranges (range_rescale.py). Each new partition gets a fresh
 store: empty, numbered after the newest old version, filled by ingestion straight into its
 engine and committed as a snapshot, so it gets a new unique id and its own files; nothing of
 the old stores is changed. The new stores become the checkpoint only when the caller writes
@@ -40,8 +43,8 @@ from pyspark_dstl.backend.store.state_store import ChangelogStateStore
 
 log = logging.getLogger(__name__)
 
-Route = Callable[[str, Sequence[bytes]], np.ndarray]
-"""(column family, stored keys) -> the new partition of each key."""
+Placement = Callable[[str, Sequence[bytes]], tuple[np.ndarray, Sequence[bytes]]]
+"""(column family, stored keys) -> (the new partition of each key, the key as stored there)."""
 
 CHUNK_KEYS = 100_000
 PARALLEL_LOADS = 2  # old stores restored ahead of the one being read
@@ -85,9 +88,9 @@ def restore_bytes(info: CheckpointInfo) -> int:
 
 def rescale_stores(options: BackendOptions, url: str, operator: str,
                    sources: Mapping[int, CheckpointInfo], partitions: int,
-                   route: Route) -> tuple[dict[int, CheckpointInfo], RescaleStats]:
+                   place: Placement) -> tuple[dict[int, CheckpointInfo], RescaleStats]:
     """New stores for partitions 0..partitions-1 holding exactly the keys of `sources`, each
-    where `route` sends it; returns their checkpoint infos (not yet in any commit entry)."""
+    where and as `place` puts it; returns their checkpoint infos (not yet in any commit entry)."""
     if partitions < 1:
         raise RescaleError(f"checkpoint {url!r}, operator {operator!r}: a rescale needs at "
                            f"least 1 partition, got {partitions}")
@@ -107,7 +110,7 @@ def rescale_stores(options: BackendOptions, url: str, operator: str,
                     loading = {p: loads.submit(_load, reading, url, operator, p, info)
                                for p, info in sorted(sources.items())}
                     for partition, info in sorted(sources.items()):
-                        _move(loading.pop(partition), partition, info, targets, route, stats)
+                        _move(loading.pop(partition), partition, info, targets, place, stats)
                         reading.release(url, operator, partition)
                 infos = _commit_all(targets, stats)
             except BaseException:
@@ -141,7 +144,7 @@ def _load(reading: StateBackend, url: str, operator: str, partition: int,
 
 
 def _move(loading: Future[tuple[ChangelogStateStore, float]], partition: int,
-          info: CheckpointInfo, targets: list[ChangelogStateStore], route: Route,
+          info: CheckpointInfo, targets: list[ChangelogStateStore], place: Placement,
           stats: RescaleStats) -> None:
     """Every key of one old store (restored in the background) into the target stores, a
     chunk at a time."""
@@ -151,7 +154,7 @@ def _move(loading: Future[tuple[ChangelogStateStore, float]], partition: int,
     try:
         for cf in source.column_families():
             for keys, values in source.iterator_chunks(cf, CHUNK_KEYS):
-                _distribute(cf, keys, values, partition, targets, route, stats)
+                _distribute(cf, keys, values, partition, targets, place, stats)
     finally:
         source.abort()
     stats.load_seconds += load_seconds
@@ -159,21 +162,23 @@ def _move(loading: Future[tuple[ChangelogStateStore, float]], partition: int,
 
 
 def _distribute(cf: str, keys: list[bytes], values: list[bytes], old_partition: int,
-                targets: list[ChangelogStateStore], route: Route, stats: RescaleStats) -> None:
+                targets: list[ChangelogStateStore], place: Placement,
+                stats: RescaleStats) -> None:
     if not keys:
         return
-    destinations = np.asarray(route(cf, keys), dtype=np.int64)
-    if destinations.shape != (len(keys),) or (len(keys) and (
+    placed, stored = place(cf, keys)
+    destinations = np.asarray(placed, dtype=np.int64)
+    if destinations.shape != (len(keys),) or len(stored) != len(keys) or (len(keys) and (
             destinations.min() < 0 or destinations.max() >= len(targets))):
-        raise RescaleError(f"column family {cf!r}: the route gave partitions outside "
-                           f"0..{len(targets) - 1} (or not one per key)")
+        raise RescaleError(f"column family {cf!r}: the placement gave partitions outside "
+                           f"0..{len(targets) - 1} (or not one partition and key per key)")
     order = np.argsort(destinations, kind="stable")  # keeps each target's keys ascending
     bounds = np.searchsorted(destinations[order], np.arange(len(targets) + 1))
     for target, store in enumerate(targets):
         chosen = order[bounds[target]:bounds[target + 1]]
         if not len(chosen):
             continue
-        store.ingest(cf, [keys[i] for i in chosen], [values[i] for i in chosen])
+        store.ingest(cf, [stored[i] for i in chosen], [values[i] for i in chosen])
         stats.keys_per_partition[target] += len(chosen)
         if target != old_partition:
             stats.keys_moved += len(chosen)

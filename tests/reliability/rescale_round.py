@@ -1,11 +1,13 @@
 """The soak's rescale rounds: `python -m pyspark_dstl rescale` killed at one of its points.
 
-A root of its own holds a checkpoint as backend.spark writes it (tests/support/rescale.py).
-Each round picks a new partition count and a kill point the rescale reaches (one of its new
-stores committed, all of them, just before or just after the commit log entry), runs the
-command as a child with DSTL_KILL_POINT, and checks what the kill left: the old layout or the
-new one, whole, holding exactly the model's rows, every key where Spark's hash puts it. Then
-the command runs again without a kill and must finish the rescale.
+A root of its own holds a checkpoint as backend.spark wrote it before key groups (the hash
+layout, tests/support/rescale.py), so the first round is the one-time migration to key groups
+(key by key) and the later ones move ranges. Each round picks a new partition count and a kill
+point the rescale reaches (one of its new stores committed, all of them, just before or just
+after the commit log entry), runs the command as a child with DSTL_KILL_POINT, and checks what
+the kill left: the old layout or the new one, whole, holding exactly the model's rows, every
+key in the partition owning its key group (in the hash layout: where Spark's hash puts it).
+Then the command runs again without a kill and must finish the rescale.
 """
 
 from __future__ import annotations
@@ -18,7 +20,13 @@ from pathlib import Path
 
 from tests.reliability.crash import CrashFailure, CrashStats
 from tests.support.backend import BackendEnv
-from tests.support.rescale import Content, build_checkpoint, check_layout, users
+from tests.support.rescale import (
+    Content,
+    build_checkpoint,
+    check_layout,
+    layout_is_grouped,
+    users,
+)
 
 POINTS = ("rescale_store_committed", "rescale_stores_done", "commit_log_before",
           "commit_log_after")
@@ -41,7 +49,8 @@ class RescaleRounds:
 
     def _setup(self) -> Content:
         if self._content is None:
-            self._content = build_checkpoint(self.env, self._partitions, users(300))
+            self._content = build_checkpoint(self.env, self._partitions, users(300),
+                                             grouped=False)
         return self._content
 
     def _run(self, partitions: int, kill: str | None) -> tuple[int, str]:
@@ -71,7 +80,11 @@ class RescaleRounds:
             raise CrashFailure(f"rescale round {self.rounds}: exit {code}, kill point "
                                f"{point}:{count} reached: {reached}\n{stderr[-2000:]}")
         try:
-            left = check_layout(self.env, content)
+            grouped = layout_is_grouped(self.env)
+            left = check_layout(self.env, content, grouped=grouped)
+            if not grouped and (left != self._partitions or self.rounds > 1):
+                raise AssertionError(f"the hash layout of {left} partitions after round "
+                                     f"{self.rounds} (the first round migrates it)")
             if left not in (self._partitions, target):
                 raise AssertionError(f"{left} partitions, neither the old {self._partitions} "
                                      f"nor the new {target}")

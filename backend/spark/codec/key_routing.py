@@ -1,10 +1,14 @@
-"""Which state partition a stored key belongs to: its grouping key, hashed as Spark does.
+"""Which key group, and so which state partition, a stored key belongs to.
 
-Every column family backend.spark writes holds the encoded grouping key (a msgpack array,
-codec/values.py) at the start of its stored keys, except the timer index by expiry, where it
-follows the 8-byte expiry (time/timers.py). The key values are decoded and hashed with the key
-columns' Spark types (recorded in the commit log), so a key lands exactly where the stateful
-stage's `pmod(hash(key columns), n)` sends its rows. No Spark is needed.
+A checkpoint in the key-group layout carries every stored key's group in the key itself (2
+bytes in front of the encoded grouping key, backend/ops/key_groups.py), so a rescale reads it
+without decoding. A checkpoint written before key groups existed (the hash layout: stored
+keys are the bare msgpack grouping key, each in partition `pmod(hash(key columns), n)`) is
+migrated once: every key is decoded and hashed with the key columns' Spark types (recorded in
+the commit log), as the stateful stage's `pmod(hash(key columns), G)` would, and gets its group
+in front. Every column family backend.spark writes holds the encoded grouping key at the start
+of its stored keys, except the timer index by expiry, where it follows the 8-byte expiry
+(time/timers.py). No Spark is needed.
 """
 
 from __future__ import annotations
@@ -14,15 +18,22 @@ from collections.abc import Sequence
 import msgpack
 import numpy as np
 
+from pyspark_dstl.backend.ops.key_groups import GROUP_WIDTH, check_partitions, group_bytes, owner
 from pyspark_dstl.backend.spark.codec.spark_hash import check_key_types, hash_longs, spark_hash
 from pyspark_dstl.backend.spark.codec.values import _key_ext_hook
 from pyspark_dstl.backend.spark.errors import StateDecodingError
 from pyspark_dstl.backend.spark.time.timers import BY_EXPIRY_CF, EXPIRY_WIDTH
 
 
-def grouping_key(cf: str, stored: bytes) -> list[object]:
-    """The grouping key values at the start of a stored key of column family `cf`."""
-    data = stored[EXPIRY_WIDTH:] if cf == BY_EXPIRY_CF else stored
+def key_offset(cf: str) -> int:
+    """Where the encoded grouping key (and so its key group) starts in `cf`'s stored keys."""
+    return EXPIRY_WIDTH if cf == BY_EXPIRY_CF else 0
+
+
+def grouping_key(cf: str, stored: bytes, grouped: bool = True) -> list[object]:
+    """The grouping key values in a stored key of column family `cf` (`grouped`: of the
+    key-group layout, else of the hash layout)."""
+    data = stored[key_offset(cf) + (GROUP_WIDTH if grouped else 0):]
     unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, ext_hook=_key_ext_hook,
                                 max_buffer_size=max(len(data), 1024))
     unpacker.feed(data)
@@ -30,29 +41,39 @@ def grouping_key(cf: str, stored: bytes) -> list[object]:
         values = unpacker.unpack()
     except (ValueError, msgpack.OutOfData, msgpack.FormatError, msgpack.StackError) as exc:
         raise StateDecodingError(f"column family {cf!r}: stored key {stored[:40]!r} does not "
-                                 f"start with a grouping key: {exc}") from exc
+                                 f"hold a grouping key where expected: {exc}") from exc
     if not isinstance(values, list):
         raise StateDecodingError(f"column family {cf!r}: stored key {stored[:40]!r} does not "
-                                 f"start with a grouping key (a msgpack array)")
+                                 f"hold a grouping key (a msgpack array) where expected")
     return values
 
 
-class KeyRouter:
-    """Routes stored keys to the partitions `pmod(hash(key columns), partitions)` names."""
+class HashLayoutMigration:
+    """Places stored keys of the hash layout in the key-group layout of `partitions`: each
+    key's new partition, and the key with its group in front of its grouping key."""
 
-    def __init__(self, key_types: Sequence[str], partitions: int) -> None:
+    def __init__(self, key_types: Sequence[str], partitions: int, key_groups: int) -> None:
+        check_partitions(partitions, key_groups)
         self.key_types = check_key_types(key_types)
         self.partitions = partitions
+        self.key_groups = key_groups
         self._numpy = self.key_types == ("bigint",)  # one long key: hashed in numpy
 
-    def __call__(self, cf: str, keys: Sequence[bytes]) -> np.ndarray:
+    def groups(self, cf: str, keys: Sequence[bytes]) -> np.ndarray:
+        """The key group of every stored key of `cf` (hash layout)."""
         if self._numpy:
-            values = single_ints(keys, EXPIRY_WIDTH if cf == BY_EXPIRY_CF else 0)
+            values = single_ints(keys, key_offset(cf))
             if values is not None:
-                return hash_longs(values).astype(np.int64) % self.partitions
-        groups = [grouping_key(cf, key) for key in keys]
-        return np.array([spark_hash(g, self.key_types) for g in groups],
-                        dtype=np.int64) % self.partitions
+                return hash_longs(values).astype(np.int64) % self.key_groups
+        return np.array([spark_hash(grouping_key(cf, key, grouped=False), self.key_types)
+                         for key in keys], dtype=np.int64) % self.key_groups
+
+    def __call__(self, cf: str, keys: Sequence[bytes]) -> tuple[np.ndarray, list[bytes]]:
+        groups = self.groups(cf, keys)
+        at = key_offset(cf)
+        placed = [key[:at] + group_bytes(group) + key[at:]
+                  for key, group in zip(keys, groups.tolist(), strict=True)]
+        return owner(groups, self.partitions, self.key_groups), placed
 
 
 # msgpack integer formats after the one-element array marker 0x91: type byte -> (width, signed)

@@ -34,6 +34,8 @@ from pyspark_dstl.backend.spark.driver import state_schemas
 from pyspark_dstl.backend.spark.driver.rescale import (
     KEY_TYPES,
     RESCALE,
+    key_groups_of,
+    needs_rescale,
     rescale_in_child,
     rescaled_entry,
 )
@@ -293,20 +295,26 @@ class StatefulOperator:
         return types
 
     def rescaled(self, base: BatchBase, n: int, key_types: list[str]) -> BatchBase:
-        """`base` with its state redistributed over `n` partitions when it has another count
-        (new stores, named by no commit entry until this batch's)."""
-        if base.entry is None or self.spec.name not in base.entry.operators:
+        """`base` with its state redistributed over `n` partitions when it has another count,
+        or migrated to key groups when it is of the hash layout (new stores, named by no
+        commit entry until this batch's)."""
+        if base.entry is None or not needs_rescale(base.entry, self.spec.name, n):
             return base
-        if base.entry.operators[self.spec.name].num_partitions == n:
-            return base
-        fencing.hold(self).check(f"rescale the state of batch {base.batch_id} to {n} "
-                                 f"partitions")
+        migrating = key_groups_of(base.entry) is None
+        what = ("migrate the state of batch {b} to key groups over {n} partitions" if migrating
+                else "rescale the state of batch {b} to {n} partitions")
+        fencing.hold(self).check(what.format(b=base.batch_id, n=n))
+        if migrating:
+            log.warning("checkpoint %s: batch %s's state is in the hash layout, written before "
+                        "key groups existed; migrating it to key groups once, key by key (later "
+                        "rescales move ranges of key groups)", self.checkpoint, base.batch_id)
         done = rescale_in_child(self.conf.backend_settings, self.checkpoint, base.entry,
                                 self.spec.name, n, key_types)
-        log.warning("checkpoint %s: state of batch %s rescaled from %d to %d partitions "
-                    "(%d keys, %.1f s); the next commit entry switches to the new layout",
-                    self.checkpoint, base.batch_id, done.record["from_partitions"], n,
-                    done.record["keys"], done.record["seconds"])
+        log.warning("checkpoint %s: state of batch %s %s from %d to %d partitions (%d keys, "
+                    "%.1f s, %s); the next commit entry switches to the new layout",
+                    self.checkpoint, base.batch_id, "migrated" if migrating else "rescaled",
+                    done.record["from_partitions"], n, done.record["keys"],
+                    done.record["seconds"], done.record["method"])
         entry = rescaled_entry(base.entry, self.spec.name, done, key_types)
         return BatchBase(base.batch_id, entry, base.rerun, rescale=done.record)
 

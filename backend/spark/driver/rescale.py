@@ -1,6 +1,13 @@
 """Rescaling a checkpoint of backend.spark to another number of state partitions.
 
-Two ways in, one mechanism (backend/ops/rescale.py, keys routed by codec/key_routing.py):
+Two ways in, one mechanism per layout:
+- a checkpoint in key groups (its commit entries record `layout`) is rescaled by moving ranges
+  of key groups (backend/ops/range_rescale.py): no key is decoded or hashed;
+- a checkpoint of the hash layout, written before key groups existed, is migrated to key
+  groups once, key by key (backend/ops/rescale.py, each key decoded, hashed and given its group
+  by codec/key_routing.py), at the next start or rescale, whatever the partition count; its
+  commit entry records the migration.
+Both ways in:
 - online: a query started with another partition count (builder `partitions=` or
   `spark.sql.shuffle.partitions`) rescales the state its first batch builds on; the new stores
   become the checkpoint with that batch's commit entry. RocksDB is never opened in the driver,
@@ -24,18 +31,45 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pyspark_dstl.backend.ops.range_rescale import rescale_ranges
+
 from pyspark_dstl.backend.fencing.lease import acquire
 from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
 from pyspark_dstl.backend.lineage.commit_entry import CommitEntry, OperatorCommit
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
+from pyspark_dstl.backend.ops.key_groups import (
+    KEY_GROUPS,
+    LAYOUT,
+    check_partitions,
+    key_groups_in,
+)
 from pyspark_dstl.backend.ops.rescale import RescaleError, rescale_stores
 from pyspark_dstl.backend.options import BackendOptions, FencingOptions
-from pyspark_dstl.backend.spark.codec.key_routing import KeyRouter
+from pyspark_dstl.backend.spark.codec.key_routing import HashLayoutMigration, key_offset
 from pyspark_dstl.changelog.storage_service import ChangelogStorage
 
 KEY_TYPES = "key_types"  # commit entry extra: the key columns' Spark types, in order
 RESCALE = "rescale"  # commit entry extra: what the rescale that made this layout did
-PARTITIONING = "pmod(hash(key columns), partitions)"
+PARTITIONING = ("key group pmod(hash(key columns), key_groups); partition p of n owns the "
+                "groups [ceil(p*key_groups/n), ceil((p+1)*key_groups/n))")
+
+
+def key_groups_of(entry: CommitEntry) -> int | None:
+    """The entry's number of key groups; None for the hash layout (before key groups)."""
+    return key_groups_in(entry.extra)
+
+
+def layout_record(key_groups: int) -> dict[str, Any]:
+    return {"key_groups": key_groups}
+
+
+def needs_rescale(entry: CommitEntry, operator: str, partitions: int) -> bool:
+    """Whether `entry`'s state of `operator` must move before a batch on `partitions` runs:
+    another partition count, or the hash layout (migrated once)."""
+    if operator not in entry.operators:
+        return False
+    return (entry.operators[operator].num_partitions != partitions
+            or key_groups_of(entry) is None)
 
 
 @dataclass(frozen=True)
@@ -47,13 +81,18 @@ class Rescaled:
 
 
 def recorded_key_types(entry: CommitEntry, url: str) -> tuple[str, ...]:
+    """The key columns' Spark types; only a migration from the hash layout needs them (a
+    range rescale decodes no key), so an entry of key groups may lack them."""
     types = entry.extra.get(KEY_TYPES)
     if not types:
+        if key_groups_of(entry) is not None:
+            return ()
         raise RescaleError(
             f"checkpoint {url!r}: batch {entry.batch_id}'s commit entry does not record the "
-            f"key columns' Spark types (written before rescaling existed): pass --key-types "
-            f"(e.g. --key-types bigint,string, in key column order), or start the query with "
-            f"its old partition count once and rescale after")
+            f"key columns' Spark types (written before rescaling existed), which migrating it "
+            f"to key groups needs: pass --key-types (e.g. --key-types bigint,string, in key "
+            f"column order), or start the query with its old partition count once and "
+            f"rescale after")
     return tuple(str(t) for t in types)
 
 
@@ -71,12 +110,26 @@ def operator_of(entry: CommitEntry, url: str, operator: str | None) -> str:
 
 def rescale(options: BackendOptions, url: str, entry: CommitEntry, operator: str,
             partitions: int, key_types: Sequence[str], mode: str) -> Rescaled:
-    """The stores of `entry`'s operator, redistributed over `partitions` (in this process)."""
+    """The stores of `entry`'s operator, redistributed over `partitions` in key groups (in
+    this process): ranges moved, or, from the hash layout, every key migrated."""
     commit = entry.operators[operator]
-    router = KeyRouter(key_types, partitions)
-    infos, stats = rescale_stores(options, url, operator, commit.stores, partitions, router)
+    groups = key_groups_of(entry)
+    try:
+        check_partitions(partitions, groups or KEY_GROUPS)
+    except ValueError as exc:
+        raise RescaleError(f"checkpoint {url!r}, operator {operator!r}: {exc}: choose at most "
+                           f"{groups or KEY_GROUPS} partitions") from exc
+    if groups is None:
+        place = HashLayoutMigration(key_types, partitions, KEY_GROUPS)
+        infos, stats = rescale_stores(options, url, operator, commit.stores, partitions, place)
+        method, groups = "keys: migrated from the hash layout to key groups", KEY_GROUPS
+    else:
+        infos, stats = rescale_ranges(options, url, operator, commit.stores, partitions,
+                                      groups, key_offset)
+        method = "ranges of key groups"
     record = {"batch_id": entry.batch_id, "from_partitions": commit.num_partitions,
-              "to_partitions": partitions, "partitioning": PARTITIONING, "mode": mode,
+              "to_partitions": partitions, "partitioning": PARTITIONING, "key_groups": groups,
+              "method": method, "migration": method.startswith("keys"), "mode": mode,
               **stats.to_dict()}
     return Rescaled(infos, record)
 
@@ -86,7 +139,10 @@ def rescaled_entry(entry: CommitEntry, operator: str, rescaled: Rescaled,
     """`entry` with the operator's new stores, recording the rescale (a new generation)."""
     operators = dict(entry.operators)
     operators[operator] = OperatorCommit(rescaled.record["to_partitions"], rescaled.infos)
-    extra = {**entry.extra, KEY_TYPES: list(key_types), RESCALE: rescaled.record}
+    extra = {**entry.extra, RESCALE: rescaled.record,
+             LAYOUT: layout_record(int(rescaled.record["key_groups"]))}
+    if key_types:
+        extra[KEY_TYPES] = list(key_types)
     return dataclasses.replace(entry, operators=operators, extra=extra, writer=None)
 
 
@@ -106,10 +162,9 @@ def rescale_offline(storage: ChangelogStorage, options: BackendOptions,
                                f"want)")
         batch_id, entry = latest
         name = operator_of(entry, url, operator)
-        current = entry.operators[name].num_partitions
-        if current == partitions:
+        if not needs_rescale(entry, name, partitions):
             return {"changed": False, "batch_id": batch_id, "partitions": partitions,
-                    "operator": name}
+                    "operator": name, "key_groups": key_groups_of(entry)}
         types = tuple(key_types) if key_types else recorded_key_types(entry, url)
         rescaled = rescale(options, url, entry, name, partitions, types, "offline")
         path = log.write(batch_id, rescaled_entry(entry, name, rescaled, types), lease=lease,
