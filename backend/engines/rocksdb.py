@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from rocksdict import (
     BlockBasedOptions,
     Cache,
+    Checkpoint,
     DBCompactionStyle,
     Options,
     Rdict,
@@ -230,6 +231,33 @@ class RocksDBEngine(Engine):
                 yield chunk
         finally:
             del items  # a live iterator keeps the DB lock after close()
+
+    def range_chunks(self, start: bytes, end: bytes,
+                     size: int) -> Iterator[list[tuple[bytes, bytes]]]:
+        """Chunks of rocksdict's items() from `start`, bounded above by `end` in RocksDB."""
+        options = ReadOptions()
+        options.set_iterate_upper_bound(end)
+        items = self._db.items(from_key=start, read_opt=options)
+        try:
+            while True:
+                chunk: list[tuple[bytes, bytes]] = list(islice(items, size))  # type: ignore[arg-type]
+                if not chunk:
+                    return
+                yield chunk
+        finally:
+            del items  # a live iterator keeps the DB lock after close()
+
+    def delete_range(self, start: bytes, end: bytes) -> None:
+        if start < end:
+            self._db.delete_range(start, end)
+
+    def checkpoint_into(self, directory: str) -> None:
+        try:
+            self._db.flush(True)
+            Checkpoint(self._db).create_checkpoint(directory)
+        except Exception as exc:  # rocksdict raises plain Exception for I/O errors
+            raise BackendError(f"cannot checkpoint RocksDB at {self._path!r} into "
+                               f"{directory!r}: {exc}") from exc
 
     def first_key_from(self, start: bytes) -> bytes | None:
         iterator = self._db.iter()
