@@ -112,15 +112,16 @@ class ChangelogStateStore(StateStore):
         for chunk in self._instance.engine.scan_chunks(start, size):
             yield [raw[width:] for raw, _ in chunk], [value for _, value in chunk]
 
-    def range_chunks(self, cf: str, start: bytes, end: bytes,
+    def range_chunks(self, cf: str, start: bytes, end: bytes | None,
                      size: int) -> Iterator[tuple[list[bytes], list[bytes]]]:
-        """The keys k of `cf` with start <= k < end and their values, as (keys, values) lists
-        of up to `size`: a rescale copies one key-group range of an old store."""
+        """The keys k of `cf` with start <= k < end (None: to the last) and their values, as
+        (keys, values) lists of up to `size`: a rescale copies one key-group range."""
         self._check_open()
         self._flush()
         prefix = cf_prefix(cf)
         width = len(prefix)
-        for chunk in self._instance.engine.range_chunks(prefix + start, prefix + end, size):
+        engine = self._instance.engine
+        for chunk in engine.range_chunks(prefix + start, _physical_end(cf, end), size):
             yield [raw[width:] for raw, _ in chunk], [value for _, value in chunk]
 
     def checkpoint_engine(self, directory: str) -> None:
@@ -236,14 +237,13 @@ class ChangelogStateStore(StateStore):
                                             deletes=False)
         self._ingested += len(keys)
 
-    def delete_range(self, cf: str, start: bytes, end: bytes) -> None:
-        """Delete every key k of `cf` with start <= k < end straight in the engine (RocksDB:
-        one range tombstone, nothing read), under ingest()'s rules: a rescale clipping a copy
-        of an old store to a partition's key groups."""
+    def delete_range(self, cf: str, start: bytes, end: bytes | None) -> None:
+        """Delete every key k of `cf` with start <= k < end (None: to the last) straight in
+        the engine (RocksDB: one range tombstone, nothing read), under ingest()'s rules: a
+        rescale clipping a copy of an old store to a partition's key groups."""
         self._check_bulk()
         self._flushed = self._bulk = True
-        prefix = cf_prefix(cf)
-        self._instance.engine.delete_range(prefix + start, prefix + end)
+        self._instance.engine.delete_range(cf_prefix(cf) + start, _physical_end(cf, end))
 
     def delete_keys(self, cf: str, keys: list[bytes]) -> None:
         """Delete these keys of `cf` (ascending) straight in the engine, under ingest()'s
@@ -360,3 +360,10 @@ class ChangelogStateStore(StateStore):
         if self._state != OPEN:
             raise StateStoreClosedError(f"store {self.store_id!r} (version {self.version}, "
                                         f"id {self.unique_id}) is {self._state}")
+
+
+def _physical_end(cf: str, end: bytes | None) -> bytes:
+    """The stored key ending keys below `end` of `cf`; None: past every key of `cf` (its
+    prefix with the separator byte raised by one)."""
+    prefix = cf_prefix(cf)
+    return prefix + end if end is not None else prefix[:-1] + bytes([prefix[-1] + 1])
