@@ -99,6 +99,17 @@ class Engine(ABC):
         doomed = [key for chunk in self.range_chunks(start, end, 100_000) for key, _ in chunk]
         self.apply_ordered(doomed, [None] * len(doomed))
 
+    def ingest_sorted(self, chunks: Iterable[tuple[list[bytes], list[bytes]]],
+                      scratch: str) -> int:
+        """Put every (physical keys, values) chunk, keys ascending across all chunks and
+        absent from the engine (a rescale's copied share); returns the keys put. RocksDB
+        writes them as one SST file at `scratch` and ingests it (no memtable, no flush)."""
+        count = 0
+        for keys, values in chunks:
+            self.apply_ordered(keys, values, deletes=False)
+            count += len(keys)
+        return count
+
     def checkpoint_into(self, directory: str) -> None:
         """A RocksDB checkpoint of this state in `directory` (must not exist): memtables
         flushed, files hard-linked, so a second store can start from it without a copy."""
