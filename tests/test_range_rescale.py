@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import posixpath
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pyspark_dstl.backend.errors import ProviderError
 from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
 from pyspark_dstl.backend.lineage.naming import store_dir
 from pyspark_dstl.backend.ops.cleanup import cleanup_checkpoint
@@ -27,7 +29,7 @@ from pyspark_dstl.backend.store.state_store import ChangelogStateStore
 from pyspark_dstl.materializer.listing import aread_manifest
 from pyspark_dstl.materializer.manifest import SnapshotManifest
 from tests.support import S3Env
-from tests.support.backend import OPERATOR, BackendEnv, entry_of, file_env, s3_env
+from tests.support.backend import MEMORY, OPERATOR, BackendEnv, entry_of, file_env, s3_env
 
 VALUES = "value/x"
 TIMERS = "timers/by_expiry"  # 8-byte expiry, then the key group
@@ -204,6 +206,47 @@ def test_new_stores_are_numbered_after_the_newest_old_version_with_fresh_ids(
     assert len({info.unique_id for info in made.values()} | old_ids) == len(made) + len(infos)
 
 
+def test_an_old_store_without_a_snapshot_is_rescaled_from_its_changelog(
+        env: BackendEnv) -> None:
+    content = generated(3)
+    backend = env.backend()
+    infos: dict[int, CheckpointInfo] = {}
+    for part, share in split(content, 2).items():
+        store = env.provider(backend, part).get_store(0)
+        for cf, items in share.items():
+            store.put_many(sorted(items.items()), cf)
+        infos[part] = store.commit()
+    backend.close()
+    assert all(info.materialized is None for info in infos.values())
+    made, stats = rescale(env, infos, 3)
+    assert stats.bytes_copied == 0  # no old snapshot to share
+    found = read_back(env, made)
+    assert_owned(found, content, VALUES, 3)
+    assert_owned(found, content, TIMERS, 3)
+
+
+def test_sources_that_are_not_partitions_0_to_n_are_refused_naming_the_fix(
+        env: BackendEnv) -> None:
+    infos, _ = build(env, 3, with_changelog=frozenset())
+    del infos[1]
+    with pytest.raises(RescaleError, match=re.escape("old partitions 0..n-1, got [0, 2]")):
+        rescale(env, infos, 2)
+
+
+def test_a_provider_whose_engine_has_no_rocksdb_files_refuses_naming_the_fix(
+        tmp_path: Path) -> None:
+    rocksdb_env = file_env(tmp_path)
+    try:
+        infos, _ = build(rocksdb_env, 2, with_changelog=frozenset())
+        options = rocksdb_env.options(provider_class=MEMORY,
+                                      local_dir=os.path.join(rocksdb_env.local_dir, "rescale"))
+        with pytest.raises(ProviderError, match="use the RocksDB provider"):
+            rescale_ranges(options, rocksdb_env.url, OPERATOR, infos, 3, KEY_GROUPS,
+                           group_offset)
+    finally:
+        rocksdb_env.close()
+
+
 # --- what is stored -----------------------------------------------------------------------------
 
 
@@ -305,6 +348,7 @@ def test_a_failure_midway_leaves_the_old_layout_whole_and_only_orphans(
 
 CHILD = """
 import json, sys
+from pyspark_dstl.backend.errors import ProviderError
 from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
 from pyspark_dstl.backend.options import BackendOptions
 from pyspark_dstl.backend.ops.key_groups import KEY_GROUPS
