@@ -55,7 +55,10 @@ class Materializer:
     """
 
     def __init__(self, storage: RemoteFiles, options: MaterializerOptions,
-                 local_dir: str) -> None:
+                 local_dir: str, checksums: ChecksumCache | None = None) -> None:
+        """`checksums`: a cache shared with another materializer of the process, so files it
+        restored and verified (hard-linked into this one's checkpoints, the same inodes) are
+        not read again to be checksummed (a rescale's new stores made of old ones)."""
         self._storage = storage
         self._options = options
         self._local_dir = os.path.abspath(local_dir)
@@ -64,7 +67,7 @@ class Materializer:
         self._cache_root = os.path.abspath(options.cache_dir or
                                            os.path.join(self._local_dir, "cache"))
         self._metrics = Metrics(COUNTERS)
-        self._checksums = ChecksumCache()
+        self._checksums = checksums if checksums is not None else ChecksumCache()
         self._uploaded = UploadedFiles()
         self._copyable = UploadedFiles()
         self._uploader = SnapshotUploader(storage, self._uploaded, self._checksums,

@@ -53,6 +53,7 @@ from pyspark_dstl.backend.options import BackendOptions
 from pyspark_dstl.backend.store.provider import STORES_DIR, ChangelogProvider
 from pyspark_dstl.backend.store.state_backend import StateBackend
 from pyspark_dstl.backend.store.state_store import ChangelogStateStore
+from pyspark_dstl.materializer.checksum import ChecksumCache
 from pyspark_dstl.materializer.manifest import SnapshotManifest
 
 log = logging.getLogger(__name__)
@@ -202,8 +203,11 @@ def rescale_ranges(options: BackendOptions, url: str, operator: str,
     os.makedirs(options.local_dir, exist_ok=True)  # the configured fast local disk
     scratch = tempfile.mkdtemp(prefix="rescale-ranges-", dir=options.local_dir)
     try:
-        reading = StateBackend(options.with_changes(local_dir=os.path.join(scratch, "old")))
-        writing = StateBackend(options.with_changes(local_dir=os.path.join(scratch, "new")))
+        checksums = ChecksumCache()  # the restored files' CRCs, for the new snapshots
+        reading = StateBackend(options.with_changes(local_dir=os.path.join(scratch, "old")),
+                               checksums=checksums)
+        writing = StateBackend(options.with_changes(local_dir=os.path.join(scratch, "new")),
+                               checksums=checksums)
         with reading, writing:
             olds = _OldStores(reading, url, operator, sources, users, stats)
             try:
