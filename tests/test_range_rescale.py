@@ -247,6 +247,22 @@ def test_a_provider_whose_engine_has_no_rocksdb_files_refuses_naming_the_fix(
         rocksdb_env.close()
 
 
+def test_old_stores_leave_the_local_disk_once_no_new_partition_needs_them(
+        env: BackendEnv) -> None:
+    infos, content = build(env, 8, with_changelog=frozenset())
+    local = Path(env.local_dir) / "rescale"
+    held: list[int] = []
+
+    def watching(cf: str) -> int:  # called while partitions are made: count the old stores
+        held.append(len(list(local.glob("rescale-ranges-*/old/*/stores/agg/*"))))
+        return group_offset(cf)
+
+    made, _ = rescale_ranges(env.options(local_dir=str(local)), env.url, OPERATOR, infos, 8,
+                             KEY_GROUPS, watching)
+    assert held and 0 < max(held) < 8  # never all eight restored at once
+    assert_owned(read_back(env, made), content, VALUES, 8)
+
+
 # --- what is stored -----------------------------------------------------------------------------
 
 

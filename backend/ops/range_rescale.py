@@ -41,6 +41,7 @@ import numpy as np
 
 from pyspark_dstl.backend.faults import kill_point
 from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
+from pyspark_dstl.backend.lineage.naming import make_store_id
 from pyspark_dstl.backend.local.dirs import root_dir
 from pyspark_dstl.backend.ops.key_groups import group_bytes, group_range, groups_at
 from pyspark_dstl.backend.ops.rescale import (
@@ -51,10 +52,11 @@ from pyspark_dstl.backend.ops.rescale import (
 )
 from pyspark_dstl.backend.options import BackendOptions
 from pyspark_dstl.backend.store.provider import STORES_DIR, ChangelogProvider
-from pyspark_dstl.backend.store.state_backend import StateBackend
+from pyspark_dstl.backend.store.state_backend import MATERIALIZER_DIR, StateBackend
 from pyspark_dstl.backend.store.state_store import ChangelogStateStore
 from pyspark_dstl.materializer.checksum import ChecksumCache
 from pyspark_dstl.materializer.manifest import SnapshotManifest
+from pyspark_dstl.materializer.names import local_dir_name
 
 log = logging.getLogger(__name__)
 
@@ -173,9 +175,14 @@ class _OldStores:
         elif not loading.done():
             loading.cancel()
         self._backend.release(self._url, self._operator, source)
-        local = os.path.join(root_dir(self._backend.options.local_dir, self._url), STORES_DIR,
-                             self._operator, str(source))
-        shutil.rmtree(local, ignore_errors=True)
+        root = root_dir(self._backend.options.local_dir, self._url)
+        shutil.rmtree(os.path.join(root, STORES_DIR, self._operator, str(source)),
+                      ignore_errors=True)
+        if self._backend.options.materialization.cache_dir is None:  # the restore's downloads,
+            # kept in the scratch directory (a configured cache is left to its owner)
+            store_id = make_store_id(self._operator, source)
+            shutil.rmtree(os.path.join(root, MATERIALIZER_DIR, "cache", local_dir_name(store_id)),
+                          ignore_errors=True)
 
 
 def rescale_ranges(options: BackendOptions, url: str, operator: str,
@@ -204,11 +211,10 @@ def rescale_ranges(options: BackendOptions, url: str, operator: str,
     scratch = tempfile.mkdtemp(prefix="rescale-ranges-", dir=options.local_dir)
     try:
         checksums = ChecksumCache()  # the restored files' CRCs, for the new snapshots
-        reading = StateBackend(options.with_changes(local_dir=os.path.join(scratch, "old")),
-                               checksums=checksums)
-        writing = StateBackend(options.with_changes(local_dir=os.path.join(scratch, "new")),
-                               checksums=checksums)
-        with reading, writing:
+        with StateBackend(options.with_changes(local_dir=os.path.join(scratch, "old")),
+                          checksums=checksums) as reading, \
+                StateBackend(options.with_changes(local_dir=os.path.join(scratch, "new")),
+                             checksums=checksums) as writing:
             olds = _OldStores(reading, url, operator, sources, users, stats)
             try:
                 build = _Builder(writing, url, operator, after, partitions, key_groups,
