@@ -27,6 +27,10 @@ POINTS = (
     "schema_record_after",  # a new state schema record is durable, no batch committed on it
     "rescale_store_committed",  # a rescale committed one new store, maybe not all of them
     "rescale_stores_done",  # a rescale's new stores are durable, no commit entry names them
+    "rescale_ranges_clipped",  # a range rescale clipped a copy of an old store, not committed
+    "rescale_ranges_copied",  # a range rescale filled a new store, its snapshot not started
+    "rescale_ranges_committed",  # a range rescale committed one new store, maybe not all
+    "rescale_ranges_done",  # a range rescale's new stores are durable, no commit entry names them
 )
 
 

@@ -20,6 +20,11 @@ Alternating in every round, each from a cold local directory:
   stores): only p's new files go out (upload). The same upload with no sharing (every live
   file of p, as today's per-store dedup would) is timed apart and not in the total, as is a
   compaction of the clipped ranges afterwards;
+- the product's range rescale (backend/ops/range_rescale.py `rescale_ranges`, label
+  "ranges product"): the same design end to end as the library runs it (restore of the old
+  stores, clone + clip, shares copied as ingested SST files, snapshots whose files shared with
+  the base's snapshot are copied in storage into each new store's own folder), its new stores
+  committed as snapshots; read back afterwards through the normal restore path (untimed);
 - today's rescale (benchmarks/rescale.py's, on an equal checkpoint in today's layout) and the
   restore of that checkpoint, unless --no-today.
 Afterwards every new store is read whole: every input key must be in exactly the partition its
@@ -72,6 +77,7 @@ from benchmarks.workload import backend_options, file_url
 from pyspark_dstl.backend.engines.records import cf_prefix
 from pyspark_dstl.backend.engines.rocksdb import RocksDBSettings
 from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
+from pyspark_dstl.backend.ops.range_rescale import rescale_ranges
 from pyspark_dstl.backend.ops.rescale import PARALLEL_LOADS, restore_bytes
 from pyspark_dstl.backend.spark.codec.spark_hash import hash_longs
 from pyspark_dstl.backend.spark.codec.values import encode_key
@@ -103,6 +109,8 @@ SAMPLE_VALUES = 200  # per new partition, compared with the input
 COPY_MODES = {"batch": "iterator + WriteBatch", "sst": "SstFileWriter + ingest_external_file"}
 PHASES = ("fetch", "clip", "copy", "flush", "upload")
 PREFIX = cf_prefix(CF)
+PRODUCT = "ranges product"
+PRODUCT_NAME = "the product's rescale_ranges"
 RESCALED = "rescaled"  # the new snapshots' folder under the checkpoint root
 
 
@@ -421,7 +429,7 @@ def run(args: argparse.Namespace, plan: dict[str, Any], work: Path,
               flush=True)
     samples = expected_values(plan["keys"], args.seed, plan["to"],
                               np.random.default_rng(args.seed + 1))
-    labels = ["restore", *(f"ranges {mode}" for mode in COPY_MODES)]
+    labels = ["restore", *(f"ranges {mode}" for mode in COPY_MODES), PRODUCT]
     if today:
         labels += ["restore (today's layout)", "today"]
     results: dict[str, list[dict[str, Any]]] = {label: [] for label in labels}
@@ -436,6 +444,8 @@ def run(args: argparse.Namespace, plan: dict[str, Any], work: Path,
                     measured[label] = restore_all(today_target, plain, local)
                 elif label == "today":
                     measured[label] = rescale_all(today_target, plain, plan["to"], local)
+                elif label == PRODUCT:
+                    measured[label] = measure_product(target, ranged, plan, local, samples)
                 else:
                     measured[label] = measure_ranges(target, ranged, plan, label, local,
                                                      samples)
@@ -470,6 +480,39 @@ def measure_ranges(target: Target, infos: dict[int, CheckpointInfo], plan: dict[
     return result
 
 
+def measure_product(target: Target, infos: dict[int, CheckpointInfo], plan: dict[str, Any],
+                    local: Path, samples: dict[int, dict[bytes, bytes]]) -> dict[str, Any]:
+    """The product's rescale_ranges timed; then its new stores restored through the normal
+    path and verified like the hand-rolled ones (untimed), and their files removed."""
+    options = backend_options(local / "product", target.options, NO_SNAPSHOTS)
+    began = time.perf_counter()
+    made, stats = rescale_ranges(options, target.url, OPERATOR, infos, plan["to"], KEY_GROUPS,
+                                 lambda cf: 0)
+    result: dict[str, Any] = {"seconds": time.perf_counter() - began, **stats.to_dict()}
+    with StateBackend(backend_options(local / "check", target.options, NO_SNAPSHOTS)) as check:
+        stores = {p: check.provider(target.url, OPERATOR, p).get_store(info.version, info)
+                  for p, info in made.items()}
+        try:
+            began = time.perf_counter()
+            dbs = {}
+            for p, store in stores.items():
+                assert isinstance(store, ChangelogStateStore)
+                with store._instance.engine.rocksdb_view() as db:
+                    dbs[p] = db
+            result["verified"] = verify(dbs, plan["keys"], plan["to"], samples)
+            result["verify_seconds"] = time.perf_counter() - began
+        finally:
+            for store in stores.values():
+                store.abort()
+        storage = check.context(target.url).storage
+        for info in made.values():  # one rescale's worth on disk: the new snapshots go
+            assert info.materialized is not None
+            manifest = storage.loop.run(aread_manifest(storage, info.materialized.manifest_path))
+            storage.delete_many([*(f.dfs_path for f in manifest.files),
+                                 info.materialized.manifest_path])
+    return result
+
+
 def compact(dbs: dict[int, Rdict], partitions: int) -> dict[str, Any]:
     """What dropping the clipped keys from the shared old files costs (after the rescale, not
     in it): a manual compaction of each new store's deleted ranges."""
@@ -496,10 +539,28 @@ def round_rows(results: dict[str, list[dict[str, Any]]]) -> list[list[Any]]:
     return rows
 
 
+def product_rows(results: dict[str, list[dict[str, Any]]]) -> list[list[Any]]:
+    """Every round of the product's rescale against the restore of the same round."""
+    rows = []
+    for number, restore in enumerate(results["restore"]):
+        run = results[PRODUCT][number]
+        rows.append([number + 1, run["seconds"], restore["seconds"],
+                     ratio(run["seconds"], restore["seconds"]), run["bytes_read"] / 1e6,
+                     run["bytes_uploaded"] / 1e6, run["bytes_copied"] / 1e6,
+                     run["files_shared"], run["load_seconds"], run["clip_seconds"],
+                     run["copy_seconds"], run["write_seconds"], run["keys_copied"]])
+    return rows
+
+
 ROUND_TITLE = ("Range rescale per round: seconds, against that round's restore; phases as "
                "below (after fetch, summed over the partitions made at once)")
 ROUND_HEADERS = ["round", "copy", "s", "restore s", "vs restore", "read MB", "written MB",
                  *(f"{phase} s" for phase in PHASES), "keys copied"]
+
+
+def _written(run: dict[str, Any]) -> int:
+    """Bytes a variant sent to storage (the product's copies in storage are not sent)."""
+    return int(run.get("bytes_uploaded", run.get("bytes_written", 0)))
 
 
 def tabulate(report: Report, results: dict[str, list[dict[str, Any]]],
@@ -512,13 +573,20 @@ def tabulate(report: Report, results: dict[str, list[dict[str, Any]]],
                 if label == "today" else restore)
         shown = "today (vs its layout's restore)" if label == "today" else label
         rows.append([shown, timed["n"], timed["p50"], timed["min"], timed["max"],
-                     rounds[0]["bytes_read"] / 1e6, rounds[0].get("bytes_written", 0) / 1e6,
+                     rounds[0]["bytes_read"] / 1e6, _written(rounds[0]) / 1e6,
                      ratio(timed["p50"], base["p50"])])
     report.table(f"Range rescale {plan['from']} -> {plan['to']} vs restore on file:// of "
                  f"{plan['keys']:,} keys (G = {KEY_GROUPS} key groups)",
                  ["operation", "n", "p50 s", "min s", "max s", "read MB", "written MB",
                   "time vs restore"], rows)
     report.table(ROUND_TITLE, ROUND_HEADERS, round_rows(results))
+    report.table("The product's rescale_ranges per round, against that round's restore: "
+                 "uploaded = sent by the client, copied = copied in storage (the base's "
+                 "snapshot files, into each new store's folder); phases summed over the "
+                 "partitions made at once (load in the background)",
+                 ["round", "s", "restore s", "vs restore", "read MB", "uploaded MB",
+                  "copied MB", "files copied", "load s", "clip s", "copy s", "commit s",
+                  "keys copied"], product_rows(results))
     phase_rows = []
     for mode in COPY_MODES:
         rounds = results[f"ranges {mode}"]
@@ -550,10 +618,11 @@ def tabulate(report: Report, results: dict[str, list[dict[str, Any]]],
                  ["variant", "read MB", "written MB", "new files", "shared files",
                   "referenced MB", "written MB without sharing", "MB after compaction",
                   "compact s"], byte_rows)
-    for mode in COPY_MODES:
+    for mode in [*COPY_MODES, "product"]:
         value = ratio(summarize([r["seconds"] for r in results[f"ranges {mode}"]])["p50"],
                       restore["p50"])
-        report.goal(f"9. range rescale ({COPY_MODES[mode]}) {plan['from']} -> {plan['to']} of "
+        report.goal(f"9. range rescale ({COPY_MODES.get(mode, PRODUCT_NAME)}) {plan['from']} -> "
+                    f"{plan['to']} of "
                     f"{plan['keys']:,} keys (file)", "rescale <= 1.5x a restore of the same "
                     "state", f"{value:.2f}x restore", value, value <= 1.5)
 
@@ -580,7 +649,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     with profiled(args), scratch(args, NAME) as work:
         results = run(args, plan, work, not args.no_today)
     tabulate(report, results, plan)
-    verified = [r["verified"] for mode in COPY_MODES for r in results[f"ranges {mode}"]]
+    verified = [r["verified"] for mode in [*COPY_MODES, "product"]
+                for r in results[f"ranges {mode}"]]
     report.note(f"verified {len(verified)} range rescale(s): every key in the partition its "
                 f"key group assigns, nothing else, {verified[0]['values_checked']} sampled "
                 f"values equal the input")

@@ -59,6 +59,7 @@ _COUNTERS = (
     "uploads",             # uploads that succeeded (one per file, however many requests)
     "upload_failures",     # uploads that gave up (the persist futures failed)
     "bytes_uploaded",      # bytes of successful uploads, each counted once
+    "copies",              # objects copied on the storage side (acopy), each counted once
     "retries",             # attempts after the first
     "hedges_started",
     "hedges_won",

@@ -17,7 +17,7 @@ from collections.abc import Coroutine, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
-from pyspark_dstl.changelog.errors import ChangelogError, WriterClosedError
+from pyspark_dstl.changelog.errors import ChangelogError, ObjectExistsError, WriterClosedError
 from pyspark_dstl.changelog.format import ChangeSet
 from pyspark_dstl.changelog.handle import ChangelogHandle
 from pyspark_dstl.changelog.metrics import ChangelogMetrics
@@ -115,6 +115,32 @@ class ChangelogStorage:
             await self._on_loop(self.retry.call(lambda _: self.store.delete_many(keys),
                                                 path=keys[0], what="delete"))
 
+    async def acopy(self, source: str, dest: str) -> None:
+        """Create `dest` as a storage-side copy of `source` (never overwrite), with the retry
+        policy. An attempt after the first that finds `dest` existing accepts it when it
+        holds the bytes of `source` (an earlier attempt of ours landed, its answer lost)."""
+        check_key(source)
+        check_key(dest)
+
+        async def attempt(number: int) -> None:
+            self.metrics.inc("requests")
+            try:
+                await self.store.copy(source, dest)
+            except ObjectExistsError:
+                if number == 1 or not await self._same_object(source, dest):
+                    raise
+
+        await self._on_loop(self.retry.call(attempt, path=dest, what="copy"))
+        self.metrics.inc("copies")
+
+    async def _same_object(self, source: str, dest: str) -> bool:
+        first, second = await self.store.head(source), await self.store.head(dest)
+        if first.size != second.size:
+            return False
+        if first.etag is not None and second.etag is not None:
+            return first.etag == second.etag
+        return await self.store.get(source) == await self.store.get(dest)
+
     async def aremove_incomplete_uploads(self, prefix: str, grace: float, *,
                                          dry_run: bool = False) -> builtins.list[ObjectInfo]:
         """Remove leftovers of uploads killed halfway under `prefix`, older than `grace` s."""
@@ -130,6 +156,9 @@ class ChangelogStorage:
 
     def list(self, prefix: str = "") -> builtins.list[ObjectInfo]:
         return self._run(self.alist(prefix))
+
+    def copy(self, source: str, dest: str) -> None:
+        self._run(self.acopy(source, dest))
 
     def delete_many(self, paths: Sequence[str]) -> None:
         self._run(self.adelete_many(paths))

@@ -8,6 +8,7 @@ import shutil
 import threading
 import time
 import uuid
+from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
@@ -25,7 +26,7 @@ from pyspark_dstl.materializer.errors import (
 from pyspark_dstl.materializer.handle import MaterializedHandle, SnapshotRequest
 from pyspark_dstl.materializer.listing import amissing_files, aread_manifest
 from pyspark_dstl.materializer.local import LocalCheckpoint, owned_checkpoint_root, take_checkpoint
-from pyspark_dstl.materializer.manifest import SnapshotManifest
+from pyspark_dstl.materializer.manifest import SnapshotFile, SnapshotManifest
 from pyspark_dstl.materializer.metrics import Metrics
 from pyspark_dstl.materializer.names import check_remote_dir, local_dir_name
 from pyspark_dstl.materializer.options import MaterializerOptions
@@ -39,6 +40,7 @@ from pyspark_dstl.materializer.upload.uploader import SnapshotUploader
 COUNTERS = (
     "snapshots_started", "snapshots_succeeded", "snapshots_failed", "checkpoint_seconds_total",
     "files_uploaded", "bytes_uploaded", "files_reused", "bytes_reused", "reused_missing",
+    "files_copied", "bytes_copied",
     "file_upload_failures", "decisions_periodic", "decisions_backstop", "backstop_wait_seconds",
     "restores", "restore_seconds_total", "restore_files_downloaded", "restore_bytes_downloaded",
     "restore_files_from_cache", "cache_corrupt_entries", "checks_missing_files",
@@ -53,7 +55,10 @@ class Materializer:
     """
 
     def __init__(self, storage: RemoteFiles, options: MaterializerOptions,
-                 local_dir: str) -> None:
+                 local_dir: str, checksums: ChecksumCache | None = None) -> None:
+        """`checksums`: a cache shared with another materializer of the process, so files it
+        restored and verified (hard-linked into this one's checkpoints, the same inodes) are
+        not read again to be checksummed (a rescale's new stores made of old ones)."""
         self._storage = storage
         self._options = options
         self._local_dir = os.path.abspath(local_dir)
@@ -62,10 +67,12 @@ class Materializer:
         self._cache_root = os.path.abspath(options.cache_dir or
                                            os.path.join(self._local_dir, "cache"))
         self._metrics = Metrics(COUNTERS)
-        self._checksums = ChecksumCache()
+        self._checksums = checksums if checksums is not None else ChecksumCache()
         self._uploaded = UploadedFiles()
+        self._copyable = UploadedFiles()
         self._uploader = SnapshotUploader(storage, self._uploaded, self._checksums,
-                                          self._metrics, options.upload_parallelism)
+                                          self._metrics, options.upload_parallelism,
+                                          self._copyable)
         self._restorer = SnapshotRestorer(storage, options.restore_parallelism,
                                           self._checksums, self._metrics)
         self._pool = ThreadPoolExecutor(options.worker_threads,
@@ -105,6 +112,15 @@ class Materializer:
         with self._lock:
             self._stores.pop(store_id, None)
         self._uploaded.forget(store_id)
+        self._copyable.forget(store_id)
+
+    def offer_copies(self, store_id: str, files: Iterable[SnapshotFile]) -> None:
+        """Let the next snapshots of `store_id` copy these verified remote files of another
+        store's snapshot on the storage side, into their own folder, when a local file is
+        identical (name, size, CRC-32 as the other manifest records them), instead of
+        uploading it: a rescale's new store starts as a copy of an old store's files."""
+        for file in files:
+            self._copyable.add(store_id, file.key, file.dfs_path)
 
     # --- scheduling ------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from benchmarks.rescale_ranges import (
     COPY_MODES,
     KEY_GROUPS,
     PHASES,
+    PRODUCT,
     QUICK,
     group_owner,
     group_range,
@@ -38,7 +39,7 @@ def _rounds(result: dict[str, Any], mode: str) -> list[dict[str, Any]]:
 def test_the_record_names_its_command_and_both_copy_modes(result: dict[str, Any]) -> None:
     assert result["command"].startswith("python -m benchmarks.rescale_ranges --quick")
     assert set(result["samples"]) == {"restore", *(f"ranges {m}" for m in COPY_MODES),
-                                      "restore (today's layout)", "today"}
+                                      PRODUCT, "restore (today's layout)", "today"}
 
 
 def test_every_key_ends_in_the_partition_its_key_group_assigns(result: dict[str, Any]) -> None:
@@ -77,3 +78,12 @@ def test_each_partitions_group_range_is_what_the_owner_function_assigns(partitio
     for p in range(partitions):
         lo, hi = group_range(p, partitions)
         assert list(np.flatnonzero(owners == p)) == list(range(lo, hi))
+
+
+def test_the_products_rescale_puts_every_key_where_its_group_assigns_and_shares_the_base(
+        result: dict[str, Any]) -> None:
+    run = result["samples"][PRODUCT][0]
+    assert run["verified"]["passed"] and run["verified"]["keys"] == QUICK["keys"]
+    assert run["keys_copied"] == _rounds(result, "batch")[0]["keys_copied"]
+    assert run["bytes_copied"] > 0 and run["bytes_uploaded"] + run["bytes_copied"] == (
+        run["bytes_written"])

@@ -33,8 +33,9 @@ from pyspark_dstl.changelog.storage import (
     md5_hex,
     open_storage,
 )
+from pyspark_dstl.changelog.storage_service import ChangelogStorage
 from pyspark_dstl.core.loop import EventLoopThread
-from tests.support import S3Env
+from tests.support import FaultRule, S3Env
 
 DATA = bytes(range(256)) * 40 + b"tail"
 
@@ -506,3 +507,59 @@ async def test_s3_store_refuses_use_after_close(s3: S3Env) -> None:
     await store.close()
     with pytest.raises(PermanentStorageError, match="closed"):
         await store.get("x")
+
+
+# --- copy: a create on the storage side ---------------------------------------------------------
+
+
+async def test_copy_creates_the_destination_with_exactly_the_source_bytes(
+        store: ObjectStore) -> None:
+    await store.put_if_absent("old/7/1.sst", DATA)
+    await store.copy("old/7/1.sst", "new/2/1.sst")
+    assert await store.get("new/2/1.sst") == DATA
+    assert await store.get("old/7/1.sst") == DATA
+    assert (await store.head("new/2/1.sst")).size == len(DATA)
+
+
+async def test_copy_refuses_an_existing_destination_and_leaves_it_unchanged(
+        store: ObjectStore) -> None:
+    await store.put_if_absent("a", DATA)
+    await store.put_if_absent("b", b"other bytes")
+    with pytest.raises(ObjectExistsError):
+        await store.copy("a", "b")
+    assert await store.get("b") == b"other bytes"
+
+
+async def test_copy_of_a_missing_source_creates_nothing(store: ObjectStore) -> None:
+    with pytest.raises(ObjectNotFoundError):
+        await store.copy("absent", "dest")
+    assert not await store.exists("dest")
+
+
+async def test_a_local_copy_is_a_hard_link_of_the_source(tmp_path: Path) -> None:
+    store = LocalObjectStore(tmp_path / "root")
+    await store.put_if_absent("s/1.sst", DATA)
+    await store.copy("s/1.sst", "d/1.sst")
+    assert os.path.samefile(tmp_path / "root" / "s" / "1.sst", tmp_path / "root" / "d" / "1.sst")
+
+
+def test_an_s3_copy_sends_no_body_and_one_copy_request(s3: S3Env) -> None:
+    with ChangelogStorage(s3.url, s3.options) as storage:
+        storage.put("s/1.sst", DATA)
+        s3.proxy.reset_log()
+        storage.copy("s/1.sst", "d/1.sst")
+        assert s3.direct_get("d/1.sst") == DATA
+        copies = [r for r in s3.proxy.records("PUT") if "d/1.sst" in r.path]
+        assert len(copies) == 1 and s3.proxy.bytes_in("PUT") == 0
+        assert storage.metrics_snapshot()["copies"] == 1
+
+
+def test_a_copy_retried_after_its_applied_answer_was_lost_accepts_its_own_result(
+        s3: S3Env) -> None:
+    with ChangelogStorage(s3.url, s3.options) as storage:
+        storage.put("s/1.sst", DATA)
+        s3.proxy.add_rule(FaultRule("lose_response", method="PUT", path_contains="d/1.sst",
+                                    times=1))
+        storage.copy("s/1.sst", "d/1.sst")
+        assert s3.direct_get("d/1.sst") == DATA
+        assert storage.metrics_snapshot()["retries"] >= 1

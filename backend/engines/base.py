@@ -10,7 +10,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 
-from rocksdict import Rdict
+from rocksdict import Checkpoint, Rdict
 
 from pyspark_dstl.backend.engines.columns import ColumnBlock
 from pyspark_dstl.backend.engines.records import CF_SEPARATOR, OP_PUT, cf_prefix
@@ -76,6 +76,47 @@ class Engine(ABC):
         if chunk:
             yield chunk
 
+    def range_chunks(self, start: bytes, end: bytes,
+                     size: int) -> Iterator[list[tuple[bytes, bytes]]]:
+        """Every (physical key, value) with start <= key < end, `size` items at a time: a
+        rescale copies one key-group range of an old store. Engines override it with a
+        bounded read."""
+        common = bytes(a for a, _ in _same_start(start, end))
+        chunk: list[tuple[bytes, bytes]] = []
+        for items in self.scan_chunks(common, size):
+            for key, value in items:
+                if start <= key < end:
+                    chunk.append((key, value))
+            if len(chunk) >= size:
+                yield chunk
+                chunk = []
+        if chunk:
+            yield chunk
+
+    def delete_range(self, start: bytes, end: bytes) -> None:
+        """Delete every physical key with start <= key < end (RocksDB: one range tombstone,
+        no key read): how a rescale clips a copy of an old store to a partition's groups."""
+        doomed = [key for chunk in self.range_chunks(start, end, 100_000) for key, _ in chunk]
+        self.apply_ordered(doomed, [None] * len(doomed))
+
+    def ingest_sorted(self, chunks: Iterable[tuple[list[bytes], list[bytes]]],
+                      scratch: str) -> int:
+        """Put every (physical keys, values) chunk, keys ascending across all chunks and
+        absent from the engine (a rescale's copied share); returns the keys put. RocksDB
+        writes them as one SST file at `scratch` and ingests it (no memtable, no flush)."""
+        count = 0
+        for keys, values in chunks:
+            self.apply_ordered(keys, values, deletes=False)
+            count += len(keys)
+        return count
+
+    def checkpoint_into(self, directory: str) -> None:
+        """A RocksDB checkpoint of this state in `directory` (must not exist): memtables
+        flushed, files hard-linked, so a second store can start from it without a copy."""
+        with self.rocksdb_view() as db:
+            db.flush(True)
+            Checkpoint(db).create_checkpoint(directory)
+
     @abstractmethod
     def first_key_from(self, start: bytes) -> bytes | None:
         """The smallest physical key >= start, or None."""
@@ -115,3 +156,11 @@ class Engine(ABC):
             names.append(cf.decode())
             key = self.first_key_from(cf + b"\x01")
         return names
+
+
+def _same_start(start: bytes, end: bytes) -> Iterator[tuple[int, int]]:
+    """The leading bytes `start` and `end` share."""
+    for a, b in zip(start, end, strict=False):
+        if a != b:
+            return
+        yield a, b

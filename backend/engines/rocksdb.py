@@ -12,10 +12,13 @@ from typing import TYPE_CHECKING, Any
 from rocksdict import (
     BlockBasedOptions,
     Cache,
+    Checkpoint,
     DBCompactionStyle,
+    IngestExternalFileOptions,
     Options,
     Rdict,
     ReadOptions,
+    SstFileWriter,
     UniversalCompactOptions,
     WriteBatch,
     WriteOptions,
@@ -115,6 +118,7 @@ class RocksDBEngine(Engine):
         write_options.disable_wal = True  # type: ignore[method-assign,assignment]
         self._db.set_write_options(write_options)
         self._path = path
+        self._settings = settings
 
     @property
     def path(self) -> str:
@@ -230,6 +234,60 @@ class RocksDBEngine(Engine):
                 yield chunk
         finally:
             del items  # a live iterator keeps the DB lock after close()
+
+    def range_chunks(self, start: bytes, end: bytes,
+                     size: int) -> Iterator[list[tuple[bytes, bytes]]]:
+        """Chunks of rocksdict's items() from `start`, bounded above by `end` in RocksDB."""
+        options = ReadOptions()
+        options.set_iterate_upper_bound(end)
+        items = self._db.items(from_key=start, read_opt=options)
+        try:
+            while True:
+                chunk: list[tuple[bytes, bytes]] = list(islice(items, size))  # type: ignore[arg-type]
+                if not chunk:
+                    return
+                yield chunk
+        finally:
+            del items  # a live iterator keeps the DB lock after close()
+
+    def delete_range(self, start: bytes, end: bytes) -> None:
+        if start < end:
+            self._db.delete_range(start, end)
+
+    def ingest_sorted(self, chunks: Iterable[tuple[list[bytes], list[bytes]]],
+                      scratch: str) -> int:
+        """One SstFileWriter file, moved into the DB by ingest_external_file: measured by
+        benchmarks/rescale_ranges.py against WriteBatches for a rescale's copied shares,
+        4 -> 6 partitions at 1e7 keys, copy + flush 1.7 s against 4.8 s (at 1e6, even)."""
+        writer = SstFileWriter(self._settings.options())
+        count = 0
+        try:
+            writer.open(scratch)
+            for keys, values in chunks:
+                for key, value in zip(keys, values, strict=True):
+                    writer[key] = value
+                count += len(keys)
+            if count:
+                writer.finish()
+                ingest = IngestExternalFileOptions()
+                ingest.set_move_files(True)
+                self._db.ingest_external_file([scratch], ingest)
+        except Exception as exc:  # rocksdict raises plain Exception for I/O and order errors
+            raise BackendError(f"cannot ingest {count} key(s) into RocksDB at "
+                               f"{self._path!r} through {scratch!r}: {exc}") from exc
+        finally:
+            del writer
+            if os.path.exists(scratch):
+                os.remove(scratch)
+        return count
+
+    def checkpoint_into(self, directory: str) -> None:
+        try:
+            self._db.flush(True)
+            Checkpoint(self._db).create_checkpoint(directory)
+        except Exception as exc:  # rocksdict raises plain Exception for I/O errors
+            raise BackendError(f"cannot checkpoint RocksDB at {self._path!r} into "
+                               f"{directory!r}: {exc}") from exc
 
     def first_key_from(self, start: bytes) -> bytes | None:
         iterator = self._db.iter()

@@ -59,15 +59,22 @@ class RescaleError(BackendError):
 class RescaleStats:
     """What a rescale read and wrote."""
 
-    keys: int = 0
-    keys_moved: int = 0  # keys whose partition number changed
+    keys: int = 0  # keys read one by one (a range rescale reads no key of a clipped range)
+    keys_moved: int = 0  # keys whose partition number changed (rescale_stores)
     bytes_read: int = 0  # snapshot + changelog bytes of the old stores (a restore of them)
     bytes_written: int = 0  # snapshot bytes of the new stores
     load_seconds: float = 0.0  # restoring the old stores (in the background, summed)
     read_seconds: float = 0.0  # reading, routing and ingesting their keys
-    write_seconds: float = 0.0
+    write_seconds: float = 0.0  # committing the new stores' snapshots (summed)
     seconds: float = 0.0
     keys_per_partition: dict[int, int] = field(default_factory=dict)
+    # a range rescale's (range_rescale.py); phases summed over the partitions made at once
+    keys_copied: int = 0  # keys written one by one into a new store from another old one
+    bytes_uploaded: int = 0  # snapshot bytes sent from this process
+    bytes_copied: int = 0  # snapshot bytes copied on the storage side (never sent)
+    files_shared: int = 0  # files copied on the storage side
+    clip_seconds: float = 0.0  # checkpoint of the base store + clip to the new groups
+    copy_seconds: float = 0.0  # the other old stores' shares
 
     def to_dict(self) -> dict[str, Any]:
         return {"keys": self.keys, "keys_moved": self.keys_moved,
@@ -77,7 +84,11 @@ class RescaleStats:
                 "write_seconds": round(self.write_seconds, 3),
                 "seconds": round(self.seconds, 3),
                 "keys_per_partition": {str(p): n for p, n
-                                       in sorted(self.keys_per_partition.items())}}
+                                       in sorted(self.keys_per_partition.items())},
+                "keys_copied": self.keys_copied, "bytes_uploaded": self.bytes_uploaded,
+                "bytes_copied": self.bytes_copied, "files_shared": self.files_shared,
+                "clip_seconds": round(self.clip_seconds, 3),
+                "copy_seconds": round(self.copy_seconds, 3)}
 
 
 def restore_bytes(info: CheckpointInfo) -> int:

@@ -14,10 +14,11 @@ import os
 import threading
 import time
 from abc import abstractmethod
+from collections.abc import Callable
 from typing import Any
 
 from pyspark_dstl.backend.engines.base import Engine
-from pyspark_dstl.backend.errors import StateStoreClosedError, StoreIdError
+from pyspark_dstl.backend.errors import ProviderError, StateStoreClosedError, StoreIdError
 from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
 from pyspark_dstl.backend.lineage.context import RootContext
 from pyspark_dstl.backend.lineage.loader import StoreLoader
@@ -71,6 +72,11 @@ class ChangelogProvider(StateStoreProvider):
         """The engine of a directory another process released; None: not supported."""
         return None
 
+    def _engine_dir(self, instance_dir: str) -> str | None:
+        """Where _empty_engine opens an existing RocksDB of instance_dir (a copy of another
+        store's, put there first); None: the engine cannot start from one."""
+        return None
+
     # --- the API --------------------------------------------------------------------------------
 
     def get_store(self, version: int,
@@ -84,8 +90,19 @@ class ChangelogProvider(StateStoreProvider):
         check_version(version)
         return self._open(0, None, version)
 
+    def get_store_from_copy_after(self, version: int,
+                                  source: ChangelogStateStore) -> ChangelogStateStore:
+        """get_empty_store_after(), but the engine starts as a RocksDB checkpoint (hard
+        links) of `source`'s, an open store of another provider: a rescale clips it to the
+        new partition's key groups. It commits as a snapshot alone, like an ingest."""
+        check_version(version)
+        store = self._open(0, None, version, source.checkpoint_engine)
+        store._started_from_copy()
+        return store
+
     def _open(self, version: int, unique_id: str | CheckpointInfo | None,
-              empty_after: int | None) -> ChangelogStateStore:
+              empty_after: int | None,
+              seed: Callable[[str], None] | None = None) -> ChangelogStateStore:
         with self._mutex:
             if self._closed:
                 raise StateStoreClosedError(f"provider of store {self._store_id!r} is closed")
@@ -98,7 +115,7 @@ class ChangelogProvider(StateStoreProvider):
                     self._instance.matches(version, uid):
                 load = {"load_kind": "reuse"}
             else:
-                load = self._load(version, uid, info)
+                load = self._load(version, uid, info, seed)
             load["load_seconds"] = time.monotonic() - started
             instance = self._instance
             assert instance is not None
@@ -164,8 +181,8 @@ class ChangelogProvider(StateStoreProvider):
                                f"has no unique id (got {unique_id!r})")
         return None, check_unique_id(unique_id)
 
-    def _load(self, version: int, unique_id: str | None,
-              info: CheckpointInfo | None) -> dict[str, Any]:
+    def _load(self, version: int, unique_id: str | None, info: CheckpointInfo | None,
+              seed: Callable[[str], None] | None = None) -> dict[str, Any]:
         """A released directory at exactly this version taken over, or else a fresh
         instance directory (older ones removed) restored from the checkpoint; new writer."""
         context = self._context
@@ -183,6 +200,8 @@ class ChangelogProvider(StateStoreProvider):
         instance_dir = self._lock.instance_dir(new_unique_id())
         os.makedirs(instance_dir)
         try:
+            if seed is not None:
+                self._seed(instance_dir, seed)
             loaded = self._loader.load(instance_dir, version, unique_id, info)
         except BaseException:
             self._lock.remove_other_instances(keep=None)
@@ -204,6 +223,14 @@ class ChangelogProvider(StateStoreProvider):
                 "replay_seconds": loaded.replay_seconds,
                 "replayed_change_sets": stats.change_sets, "replayed_records": stats.records,
                 "replayed_files": stats.files, "replayed_bytes": stats.bytes}
+
+    def _seed(self, instance_dir: str, seed: Callable[[str], None]) -> None:
+        engine_dir = self._engine_dir(instance_dir)
+        if engine_dir is None:
+            raise ProviderError(f"store {self._store_id!r}: provider {type(self).__name__} "
+                                f"cannot start a store from a copy of another's RocksDB; use "
+                                f"the RocksDB provider")
+        seed(engine_dir)
 
     def _drop_instance(self) -> None:
         instance, self._instance = self._instance, None

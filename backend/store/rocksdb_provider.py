@@ -19,6 +19,9 @@ class RocksDBChangelogProvider(ChangelogProvider):
     def _engine_from_snapshot(self, db_path: str, instance_dir: str) -> Engine:
         return RocksDBEngine(db_path, self._context.rocksdb)
 
+    def _engine_dir(self, instance_dir: str) -> str | None:
+        return os.path.join(instance_dir, DB_DIR)
+
     def _reopen_engine(self, instance_dir: str) -> Engine | None:
         return RocksDBEngine(os.path.join(instance_dir, DB_DIR), self._context.rocksdb,
                              create=False)

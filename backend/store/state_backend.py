@@ -22,14 +22,18 @@ from pyspark_dstl.backend.options import BackendOptions
 from pyspark_dstl.backend.store.api import StateStoreProvider
 from pyspark_dstl.backend.store.registry import load_provider_class
 from pyspark_dstl.changelog.storage_service import ChangelogStorage
+from pyspark_dstl.materializer.checksum import ChecksumCache
 from pyspark_dstl.materializer.materializer import Materializer
 
 MATERIALIZER_DIR = "materializer"
 
 
 class StateBackend:
-    def __init__(self, options: BackendOptions | None = None) -> None:
+    def __init__(self, options: BackendOptions | None = None, *,
+                 checksums: ChecksumCache | None = None) -> None:
+        """`checksums`: shared with another backend's materializers (see Materializer)."""
         self.options = options or BackendOptions()
+        self._checksums = checksums
         self._provider_class = load_provider_class(self.options.provider_class)
         self._rocksdb = RocksDBSettings.from_options(self.options)
         self._roots: dict[str, RootContext] = {}
@@ -52,7 +56,8 @@ class StateBackend:
         storage = ChangelogStorage(url, self.options.changelog)
         try:
             materializer = Materializer(storage, self.options.materialization,
-                                        os.path.join(local_root, MATERIALIZER_DIR))
+                                        os.path.join(local_root, MATERIALIZER_DIR),
+                                        self._checksums)
         except BaseException:
             storage.close()
             raise

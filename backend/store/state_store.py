@@ -7,6 +7,8 @@ writes) and whenever it grows past its limits.
 
 from __future__ import annotations
 
+import os
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -39,6 +41,7 @@ class ChangelogStateStore(StateStore):
         self._records_before = instance.metrics.records
         self._removed_before = instance.metrics.removed
         self._ingested = 0  # keys written by ingest(): the commit must be a snapshot
+        self._bulk = False  # the engine changed outside the changelog (ingest, clip, copy)
 
     @property
     def store_id(self) -> str:
@@ -110,6 +113,27 @@ class ChangelogStateStore(StateStore):
         width = len(start)
         for chunk in self._instance.engine.scan_chunks(start, size):
             yield [raw[width:] for raw, _ in chunk], [value for _, value in chunk]
+
+    def range_chunks(self, cf: str, start: bytes, end: bytes | None,
+                     size: int) -> Iterator[tuple[list[bytes], list[bytes]]]:
+        """The keys k of `cf` with start <= k < end (None: to the last) and their values, as
+        (keys, values) lists of up to `size`: a rescale copies one key-group range."""
+        self._check_open()
+        self._flush()
+        prefix = cf_prefix(cf)
+        width = len(prefix)
+        engine = self._instance.engine
+        for chunk in engine.range_chunks(prefix + start, _physical_end(cf, end), size):
+            yield [raw[width:] for raw, _ in chunk], [value for _, value in chunk]
+
+    def checkpoint_engine(self, directory: str) -> None:
+        """A RocksDB checkpoint (hard links, memtables flushed first) of this store's state in
+        `directory`: a second store can start from it (provider.get_store_from_copy_after)."""
+        self._check_open()
+        self._flush()
+        self._instance.catch_up.wait()
+        self._instance.snapshots.await_checkpoint()
+        self._instance.engine.checkpoint_into(directory)
 
     def column_families(self) -> list[str]:
         self._check_open()
@@ -206,27 +230,69 @@ class ChangelogStateStore(StateStore):
         if len(keys) != len(values):
             raise ValueError(f"store {self.store_id!r}: ingest of {len(keys)} key(s) and "
                              f"{len(values)} value(s)")
-        if len(self._cache) or (self._flushed and not self._ingested):
-            raise StateStoreClosedError(f"store {self.store_id!r}: ingest only into a "
-                                        f"transaction without other writes")
+        self._check_bulk()
         if not keys:
             return
-        self._flushed = True
+        self._flushed = self._bulk = True
         prefix = cf_prefix(cf)
         self._instance.engine.apply_ordered([prefix + key for key in keys], values,
                                             deletes=False)
         self._ingested += len(keys)
 
+    def ingest_sorted(self, cf: str,
+                      chunks: Iterable[tuple[list[bytes], list[bytes]]]) -> int:
+        """ingest() of every (keys, values) chunk, keys ascending across the chunks and new
+        to the store: RocksDB writes them as one SST file it ingests whole (a rescale's
+        copied share); returns the keys written."""
+        self._check_bulk()
+        prefix = cf_prefix(cf)
+        scratch = os.path.join(self._instance.instance_dir, f"ingest-{uuid.uuid4().hex}.sst")
+        count = self._instance.engine.ingest_sorted(
+            (([prefix + key for key in keys], values) for keys, values in chunks), scratch)
+        if count:
+            self._flushed = self._bulk = True
+            self._ingested += count
+        return count
+
+    def delete_range(self, cf: str, start: bytes, end: bytes | None) -> None:
+        """Delete every key k of `cf` with start <= k < end (None: to the last) straight in
+        the engine (RocksDB: one range tombstone, nothing read), under ingest()'s rules: a
+        rescale clipping a copy of an old store to a partition's key groups."""
+        self._check_bulk()
+        self._flushed = self._bulk = True
+        self._instance.engine.delete_range(cf_prefix(cf) + start, _physical_end(cf, end))
+
+    def delete_keys(self, cf: str, keys: list[bytes]) -> None:
+        """Delete these keys of `cf` (ascending) straight in the engine, under ingest()'s
+        rules: a rescale clipping a column family whose key groups are not a range."""
+        self._check_bulk()
+        if not keys:
+            return
+        self._flushed = self._bulk = True
+        prefix = cf_prefix(cf)
+        self._instance.engine.apply_ordered([prefix + key for key in keys], [None] * len(keys))
+
+    def _check_bulk(self) -> None:
+        self._check_open()
+        if len(self._cache) or (self._flushed and not self._bulk):
+            raise StateStoreClosedError(f"store {self.store_id!r}: ingest only into a "
+                                        f"transaction without other writes")
+
+    def _started_from_copy(self) -> None:
+        """The engine began as a copy of another store's (provider): commit as a snapshot."""
+        self._flushed = self._bulk = True
+
     def commit(self, *, materialize: bool = False) -> CheckpointInfo:
         self._check_open()
-        if self._ingested and (not materialize or len(self._cache)):
+        if self._bulk and (not materialize or len(self._cache)):
             self.abort()
             raise StateStoreClosedError(
-                f"store {self.store_id!r}: {self._ingested} key(s) were ingested without the "
-                f"changelog, so the commit must be a snapshot of them alone: call "
+                f"store {self.store_id!r}: its engine was written without the changelog "
+                f"({self._ingested} key(s) ingested, or ranges deleted, or it began as a copy "
+                f"of another store), so the commit must be a snapshot of them alone: call "
                 f"commit(materialize=True) with no other writes")
         try:
-            if self._ingested:
+            if self._bulk:
                 info = self._instance.commit_snapshot_only(self._marker)
             else:
                 info = self._instance.commit(self._marker, self._cache, materialize)
@@ -311,3 +377,10 @@ class ChangelogStateStore(StateStore):
         if self._state != OPEN:
             raise StateStoreClosedError(f"store {self.store_id!r} (version {self.version}, "
                                         f"id {self.unique_id}) is {self._state}")
+
+
+def _physical_end(cf: str, end: bytes | None) -> bytes:
+    """The stored key ending keys below `end` of `cf`; None: past every key of `cf` (its
+    prefix with the separator byte raised by one)."""
+    prefix = cf_prefix(cf)
+    return prefix + end if end is not None else prefix[:-1] + bytes([prefix[-1] + 1])

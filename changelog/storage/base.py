@@ -87,6 +87,13 @@ class ObjectStore(ABC):
         for path in paths:
             await self.delete(path)
 
+    async def copy(self, source: str, dest: str) -> None:
+        """Create `dest` holding exactly the bytes of `source`, on the storage side where it
+        can (a rescale gives a new store its own copy of an old store's files without sending
+        them again); create-only like put_if_absent: ObjectExistsError when `dest` exists,
+        ObjectNotFoundError when `source` does not. This default reads and writes them."""
+        await self.put_if_absent(dest, await self.get(source))
+
     async def exists(self, path: str) -> bool:
         try:
             await self.head(path)

@@ -98,6 +98,35 @@ class LocalObjectStore(ObjectStore):
             temp.unlink(missing_ok=True)
         _fsync_dir(parent)
 
+    async def copy(self, source: str, dest: str) -> None:
+        """A hard link (no byte is copied; the objects are immutable); where the file system
+        cannot link the two, a copy made under a temp name and linked in, like a create."""
+        origin, target = self._file(source), self._file(dest)
+
+        def link() -> None:
+            if not origin.is_file():
+                raise ObjectNotFoundError(f"object {self.url_of(source)!r} does not exist",
+                                          source)
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+            except (FileExistsError, NotADirectoryError) as exc:
+                raise PermanentStorageError(
+                    f"cannot create {self.url_of(dest)!r}: a parent of it is a file; move that "
+                    f"file away or choose another checkpoint location", dest) from exc
+            try:
+                os.link(origin, target)
+            except FileExistsError as exc:
+                raise ObjectExistsError(f"object {self.url_of(dest)!r} already exists",
+                                        dest) from exc
+            except OSError as exc:
+                if exc.errno not in _NO_LINK_ERRNOS | {errno.EMLINK, errno.EPERM}:
+                    raise
+                self._create(dest, target, origin.read_bytes())
+                return
+            _fsync_dir(target.parent)
+
+        await self._run(dest, link)
+
     async def get(self, path: str, start: int = 0, end: int | None = None) -> bytes:
         file = self._file(path)
         check_range(path, start, end)

@@ -23,7 +23,13 @@ from aiobotocore.session import AioSession, get_session
 from botocore.exceptions import ClientError
 from botocore.loaders import Loader, create_loader
 
-from pyspark_dstl.changelog.errors import ChangelogError, PermanentStorageError, StorageError
+from pyspark_dstl.changelog.errors import (
+    ChangelogError,
+    ObjectExistsError,
+    ObjectNotFoundError,
+    PermanentStorageError,
+    StorageError,
+)
 from pyspark_dstl.changelog.storage.base import (
     ObjectInfo,
     ObjectStore,
@@ -166,6 +172,31 @@ class S3ObjectStore(ObjectStore):
             return str(response.get("ETag", "")).strip('"') or md5_hex(data)
 
         return await self._call(path, "create", put)
+
+    async def copy(self, source: str, dest: str) -> None:
+        """CopyObject (a PUT with x-amz-copy-source): the bytes never leave the server.
+        Create-only through `IfNoneMatch="*"`, which S3 enforces atomically; a HEAD of `dest`
+        first refuses an existing one also on servers that ignore the condition on a copy
+        (moto), where only a copy racing another for the same name could still replace it."""
+        source_key, dest_key = self._key(source), self._key(dest)
+        try:
+            await self.head(dest)
+        except ObjectNotFoundError:
+            pass
+        else:
+            raise ObjectExistsError(f"object {self.url_of(dest)!r} already exists", dest)
+
+        async def copy(client: Any) -> None:
+            try:
+                await client.copy_object(Bucket=self.bucket, Key=dest_key, IfNoneMatch="*",
+                                         CopySource={"Bucket": self.bucket, "Key": source_key})
+            except ClientError as exc:
+                if error_code(exc)[0] in ("NoSuchKey", "NotFound"):
+                    raise ObjectNotFoundError(f"S3 copy to {self.url_of(dest)!r}: no source "
+                                              f"object {self.url_of(source)!r}", source) from exc
+                raise
+
+        await self._call(dest, "create", copy)
 
     async def get(self, path: str, start: int = 0, end: int | None = None) -> bytes:
         key = self._key(path)

@@ -36,6 +36,7 @@ class _Planned:
     size: int
     checksum: int
     reuse: str | None = None
+    copy_from: str | None = None  # an identical remote file of another store, copied
 
     @property
     def key(self) -> tuple[str, int, int]:
@@ -46,9 +47,14 @@ class SnapshotUploader:
     """Runs in a worker thread; file reads stay off the storage loop, requests run on it."""
 
     def __init__(self, storage: RemoteFiles, uploaded: UploadedFiles, checksums: ChecksumCache,
-                 metrics: Metrics, parallelism: int) -> None:
+                 metrics: Metrics, parallelism: int,
+                 copyable: UploadedFiles | None = None) -> None:
+        """`copyable`: per store, remote files of other stores its snapshot may copy on the
+        storage side into its own folder instead of uploading (a rescale's new store made
+        from an old one's files); the manifest then names only the store's own copies."""
         self._storage = storage
         self._uploaded = uploaded
+        self._copyable = copyable or UploadedFiles()
         self._checksums = checksums
         self._metrics = metrics
         self._parallelism = parallelism
@@ -78,6 +84,8 @@ class SnapshotUploader:
         size, checksum = self._checksums.checksum(local_path)
         item = _Planned(name, local_path, size, checksum)
         item.reuse = self._uploaded.lookup(store_id, item.key)
+        if item.reuse is None:
+            item.copy_from = self._copyable.lookup(store_id, item.key)
         return item
 
     def _drop_vanished_reuses(self, planned: list[_Planned], store_id: str) -> None:
@@ -102,7 +110,7 @@ class SnapshotUploader:
                     remote_dir: str) -> tuple[list[SnapshotFile], int]:
         store_id = request.store_id
         done: dict[str, str] = {p.local_name: p.reuse for p in planned if p.reuse is not None}
-        pending: dict[Future[str], tuple[_Planned, str]] = {}
+        pending: dict[Future[Any], tuple[_Planned, str]] = {}
         new_bytes = 0
         try:
             for item in planned:
@@ -113,9 +121,14 @@ class SnapshotUploader:
                 while len(pending) >= self._parallelism:
                     finished, _ = wait(pending, return_when=FIRST_COMPLETED)
                     new_bytes += self._collect(finished, pending, done, store_id)
-                data = _read_verified(item)
                 dfs_path = remote_file_path(remote_dir, item.local_name, request.version)
-                future = self._storage.loop.submit(self._storage.aput(dfs_path, data))
+                future: Future[Any]
+                if item.copy_from is not None:
+                    future = self._storage.loop.submit(self._storage.acopy(item.copy_from,
+                                                                           dfs_path))
+                else:
+                    data = _read_verified(item)
+                    future = self._storage.loop.submit(self._storage.aput(dfs_path, data))
                 pending[future] = (item, dfs_path)
             while pending:
                 finished, _ = wait(pending, return_when=FIRST_COMPLETED)
@@ -129,19 +142,26 @@ class SnapshotUploader:
                  for p in planned]
         return files, new_bytes
 
-    def _collect(self, finished: set[Future[str]], pending: dict[Future[str], tuple[_Planned, str]],
+    def _collect(self, finished: set[Future[Any]], pending: dict[Future[Any], tuple[_Planned, str]],
                  done: dict[str, str], store_id: str) -> int:
+        """Bytes uploaded by the finished requests (storage-side copies are counted apart)."""
         total = 0
         for future in finished:
             item, dfs_path = pending.pop(future)
             error = future.exception()
             if error is not None:
                 self._metrics.add("file_upload_failures")
+                what = ("upload" if item.copy_from is None
+                        else f"storage-side copy of {item.copy_from!r}")
                 raise SnapshotUploadError(
-                    f"snapshot of store {store_id!r}: upload of {item.local_name!r} to "
+                    f"snapshot of store {store_id!r}: {what} of {item.local_name!r} to "
                     f"{dfs_path!r} failed: {error}") from error
             self._uploaded.add(store_id, item.key, dfs_path)
             done[item.local_name] = dfs_path
+            if item.copy_from is not None:
+                self._metrics.add("files_copied")
+                self._metrics.add("bytes_copied", item.size)
+                continue
             self._metrics.add("files_uploaded")
             self._metrics.add("bytes_uploaded", item.size)
             total += item.size
