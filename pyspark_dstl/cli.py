@@ -205,11 +205,16 @@ def _rescale(args: argparse.Namespace, storage: ChangelogStorage, fencing: Fenci
               f"{record['batch_id']}: nothing to do", file=out)
     else:
         done = "migrated to key groups" if record["migration"] else "rescaled"
+        moved = (f"{record['keys']} key(s), {record['keys_moved']} moved, "
+                 f"{record['bytes_read']} bytes read, {record['bytes_written']} bytes written"
+                 if record["migration"] else
+                 f"{record['bytes_read']} bytes read, {record['keys_copied']} key(s) copied "
+                 f"one by one, {record['bytes_uploaded']} bytes uploaded and "
+                 f"{record['bytes_copied']} copied inside the storage")
         print(f"{done} operator {record['operator']!r} at batch {record['batch_id']} from "
               f"{record['from_partitions']} to {record['to_partitions']} partition(s) "
-              f"({record['method']}): {record['keys']} key(s), {record['keys_moved']} moved, "
-              f"{record['bytes_read']} bytes read, {record['bytes_written']} bytes written, "
-              f"{record['seconds']:.2f} s; new layout in {record['commit_entry']}", file=out)
+              f"({record['method']}): {moved}, {record['seconds']:.2f} s; new layout in "
+              f"{record['commit_entry']}", file=out)
     return 0
 
 

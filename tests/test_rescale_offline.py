@@ -116,15 +116,22 @@ def test_rescaled_stores_are_new_stores_numbered_after_the_old_versions(
 
 def test_rescale_is_a_new_generation_of_the_newest_batch_recording_what_it_did(
         env: BackendEnv) -> None:
-    build(env)
+    build(env, grouped=False)
     assert rescale(env, "--partitions", str(NEW))[0] == 0
     generations = env.commit_log().generations()
     env.close()
     assert sorted(g for g, _ in generations[1]) == [0, 1]
     record = latest(env).extra["rescale"]
     assert (record["from_partitions"], record["to_partitions"], record["batch_id"],
-            record["mode"], record["keys"]) == (OLD, NEW, 1, "offline", 4 * len(USERS))
+            record["mode"], record["keys"], record["migration"]) == \
+        (OLD, NEW, 1, "offline", 4 * len(USERS), True)
     assert record["bytes_read"] > 0 and record["bytes_written"] > 0
+    assert rescale(env, "--partitions", "2")[0] == 0
+    record = latest(env).extra["rescale"]
+    assert (record["from_partitions"], record["to_partitions"], record["migration"]) == \
+        (NEW, 2, False)
+    assert record["files_shared"] > 0 and record["bytes_copied"] > 0
+    assert record["bytes_uploaded"] + record["bytes_copied"] == record["bytes_written"]
 
 
 def test_rescale_down_and_back_keeps_the_state(env: BackendEnv) -> None:
@@ -236,10 +243,11 @@ def test_rescale_on_s3_puts_every_key_in_the_partition_owning_its_key_group(
 
 # --- crashes -------------------------------------------------------------------------------------
 
-RANGE_KILL_POINTS = ["rescale_store_committed:1", "rescale_store_committed:4",
-                     "rescale_stores_done", "commit_log_before", "commit_log_after"]
+RANGE_KILL_POINTS = ["rescale_ranges_clipped:2", "rescale_ranges_copied",
+                     "rescale_ranges_committed:1", "rescale_ranges_committed:4",
+                     "rescale_ranges_done", "commit_log_before", "commit_log_after"]
 MIGRATION_KILL_POINTS = ["rescale_store_committed:1", "rescale_store_committed:4",
-                         "rescale_stores_done", "commit_log_before", "commit_log_after"]
+                         "rescale_stores_done", "commit_log_after"]
 
 
 def run_tool(env: BackendEnv, kill: str | None) -> subprocess.CompletedProcess[str]:

@@ -11,7 +11,7 @@ hash is the caller's.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -22,7 +22,7 @@ MAX_KEY_GROUPS = 1 << (8 * GROUP_WIDTH)
 LAYOUT = "layout"  # commit entry extra of the key-group layout: {"key_groups": G}
 
 
-def key_groups_in(extra: dict[str, Any]) -> int | None:
+def key_groups_in(extra: Mapping[str, Any]) -> int | None:
     """The key groups a commit entry's `extra` records; None for the hash layout (keys
     without groups, each in partition pmod(hash, n): written before key groups existed)."""
     layout = extra.get(LAYOUT)

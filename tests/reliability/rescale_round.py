@@ -28,8 +28,11 @@ from tests.support.rescale import (
     users,
 )
 
-POINTS = ("rescale_store_committed", "rescale_stores_done", "commit_log_before",
-          "commit_log_after")
+MIGRATION_POINTS = ("rescale_store_committed", "rescale_stores_done")  # key by key
+RANGE_POINTS = ("rescale_ranges_clipped", "rescale_ranges_copied", "rescale_ranges_committed",
+                "rescale_ranges_done")
+COMMIT_POINTS = ("commit_log_before", "commit_log_after")
+POINTS = MIGRATION_POINTS + RANGE_POINTS + COMMIT_POINTS
 MAX_PARTITIONS = 7
 TIMEOUT = 120.0
 
@@ -66,14 +69,27 @@ class RescaleRounds:
         log.write_text(done.stderr)
         return done.returncode, done.stderr
 
+    def reachable(self) -> tuple[str, ...]:
+        """The points the next round's rescale passes: the migration's while the root is in
+        the hash layout (only the first round), then the range rescale's."""
+        self._setup()
+        method = RANGE_POINTS if layout_is_grouped(self.env) else MIGRATION_POINTS
+        return method + COMMIT_POINTS
+
     def round(self, point: str | None = None) -> None:
-        """One killed rescale (at `point`, or one chosen at random) and its rerun."""
+        """One killed rescale (at `point`, or one chosen at random among those it passes)
+        and its rerun."""
         content = self._setup()
+        reachable = self.reachable()
+        if point is not None and point not in reachable:
+            raise ValueError(f"kill point {point!r} is not passed by the next rescale "
+                             f"(it passes {reachable})")
         self.rounds += 1
         target = self.rng.choice([n for n in range(1, MAX_PARTITIONS + 1)
                                   if n != self._partitions])
-        point = point or self.rng.choice(POINTS)
-        count = self.rng.randint(1, target) if point == "rescale_store_committed" else 1
+        point = point or self.rng.choice(reachable)
+        count = (self.rng.randint(1, target)
+                 if point in ("rescale_store_committed", "rescale_ranges_committed") else 1)
         code, stderr = self._run(target, f"{point}:{count}")
         reached = f"killed at {point}" in stderr
         if reached != (code == -9):

@@ -83,15 +83,16 @@ def one_kill(harness: CrashHarness, number: int, rescales: RescaleRounds | None 
     kinds[number % len(kinds)]()
 
 
-def rescale_rounds(harness: CrashHarness, s3: S3Env | None) -> RescaleRounds:
-    """Rescale rounds on a root next to the harness's (same storage)."""
-    workdir = harness.workdir / "rescale"
+def rescale_rounds(harness: CrashHarness, s3: S3Env | None,
+                   name: str = "rescale") -> RescaleRounds:
+    """Rescale rounds on a root `name` next to the harness's (same storage)."""
+    workdir = harness.workdir / name
     workdir.mkdir(parents=True, exist_ok=True)
     if s3 is None:
         env = file_env(workdir)
         return RescaleRounds(env, [], workdir, harness.rng, harness.stats)
     env = s3_env(s3, workdir)
-    env.url = s3.url.rstrip("/") + "-rescale"
+    env.url = s3.url.rstrip("/") + f"-{name}"
     return RescaleRounds(env, s3_tool_args(s3), workdir, harness.rng, harness.stats)
 
 

@@ -26,6 +26,7 @@ from pyspark_dstl.materializer.options import MaterializerOptions
 from tests.reliability.child import ChildRun
 from tests.reliability.crash import POINT_COUNTS, WIRE_TARGETS, CrashHarness, workload_conf
 from tests.reliability.model import WorkloadSpec
+from tests.reliability.rescale_round import COMMIT_POINTS, MIGRATION_POINTS, RANGE_POINTS
 from tests.reliability.rescale_round import POINTS as RESCALE_POINTS
 from tests.reliability.soak import leaked_temp_files, rescale_rounds, verify_root
 from tests.reliability.workload import Workload
@@ -64,22 +65,34 @@ def test_a_kill_at_every_library_kill_point_is_survived(tmp_path: Path) -> None:
 
 def test_every_kill_point_is_reached_by_the_workload_the_rescale_rounds_or_its_own_test() -> None:
     # the workload declares no state schemas: the schema record's point has its own test
-    # (tests/test_state_schema_evolution.py); so have the range rescale's
-    # (tests/test_range_rescale.py), which no CLI command runs yet
-    range_points = {point for point in POINTS if point.startswith("rescale_ranges_")}
-    assert set(POINTS) == (set(POINT_COUNTS) | set(RESCALE_POINTS) | {"schema_record_after"}
-                           | range_points)
+    # (tests/test_state_schema_evolution.py)
+    assert set(POINTS) == set(POINT_COUNTS) | set(RESCALE_POINTS) | {"schema_record_after"}
 
 
-def test_a_kill_at_every_rescale_point_leaves_one_whole_layout_and_a_rerun_finishes(
+def test_a_kill_at_every_point_of_the_migration_leaves_one_whole_layout_and_a_rerun_finishes(
         tmp_path: Path) -> None:
     harness = file_harness(tmp_path, seed=14)
-    rounds = rescale_rounds(harness, None)
-    for point in RESCALE_POINTS:
+    for point in MIGRATION_POINTS + COMMIT_POINTS:  # each on a root still in the hash layout
+        rounds = rescale_rounds(harness, None, f"migration-{point}")
         rounds.round(point)
-    assert rounds.rounds == len(RESCALE_POINTS) and harness.stats.points_not_reached == 0
+        assert verify_root(rounds.env.url) == []
+        rounds.env.close()
+    assert harness.stats.points_not_reached == 0
     assert dict(harness.stats.point_kills) == {
         "rescale_store_committed": 1, "rescale_stores_done": 1,
+        "rescale_commit_log_before": 1, "rescale_commit_log_after": 1}
+
+
+def test_a_kill_at_every_point_of_a_range_rescale_leaves_one_whole_layout_and_a_rerun_finishes(
+        tmp_path: Path) -> None:
+    harness = file_harness(tmp_path, seed=15)
+    rounds = rescale_rounds(harness, None)
+    rounds.round("rescale_store_committed")  # the migration, then rescales that move ranges
+    for point in RANGE_POINTS + COMMIT_POINTS:
+        rounds.round(point)
+    assert harness.stats.points_not_reached == 0
+    assert dict(harness.stats.point_kills) == {
+        "rescale_store_committed": 1, **{point: 1 for point in RANGE_POINTS},
         "rescale_commit_log_before": 1, "rescale_commit_log_after": 1}
     assert verify_root(rounds.env.url) == []
     rounds.env.close()

@@ -31,8 +31,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark_dstl.backend.ops.range_rescale import rescale_ranges
-
 from pyspark_dstl.backend.fencing.lease import acquire
 from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
 from pyspark_dstl.backend.lineage.commit_entry import CommitEntry, OperatorCommit
@@ -43,6 +41,7 @@ from pyspark_dstl.backend.ops.key_groups import (
     check_partitions,
     key_groups_in,
 )
+from pyspark_dstl.backend.ops.range_rescale import rescale_ranges
 from pyspark_dstl.backend.ops.rescale import RescaleError, rescale_stores
 from pyspark_dstl.backend.options import BackendOptions, FencingOptions
 from pyspark_dstl.backend.spark.codec.key_routing import HashLayoutMigration, key_offset
