@@ -7,6 +7,7 @@ import pyarrow as pa
 import pytest
 
 from pyspark_dstl.backend.spark.api.grouping import KeyedBatch, Keys
+from pyspark_dstl.backend.spark.codec.key_grouping import KeyGrouping
 from pyspark_dstl.backend.spark.errors import OutputSchemaError
 from pyspark_dstl.backend.spark.task.output import OutputCollector
 
@@ -68,7 +69,7 @@ def test_empty_partition_has_no_keys() -> None:
 
 
 def test_keys_slice_keeps_their_encodings() -> None:
-    keys = Keys([("a",), ("b",), ("c",)])
+    keys = Keys([("a",), ("b",), ("c",)], grouping=KeyGrouping(("string",), 4096))
     assert keys[1:].encoded == keys.encoded[1:]
     assert Keys.of([["a"]])[0] == ("a",)
 
