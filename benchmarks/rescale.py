@@ -44,7 +44,7 @@ from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
 from pyspark_dstl.backend.ops.rescale import PARALLEL_LOADS, rescale_stores, restore_bytes
 from pyspark_dstl.backend.spark.codec.key_routing import KeyRouter
 from pyspark_dstl.backend.spark.codec.spark_hash import hash_longs
-from pyspark_dstl.backend.spark.codec.values import encode_key
+from pyspark_dstl.backend.spark.codec.values import pack_key
 from pyspark_dstl.backend.store.provider import ChangelogProvider
 from pyspark_dstl.backend.store.state_backend import StateBackend
 from pyspark_dstl.changelog.options import ChangelogOptions
@@ -74,9 +74,10 @@ Layout = Callable[[np.ndarray, int], tuple[np.ndarray, list[bytes]]]
 
 
 def spark_layout(numbers: np.ndarray, partitions: int) -> tuple[np.ndarray, list[bytes]]:
-    """Today's layout: the partition Spark's hash of the bigint key picks, the msgpack key."""
+    """The layout before key groups: the partition Spark's hash of the bigint key picks, the
+    msgpack key without a key group."""
     owners = hash_longs(numbers).astype(np.int64) % partitions
-    return owners, [encode_key([int(n)]) for n in numbers]
+    return owners, [pack_key([int(n)]) for n in numbers]
 
 
 def generated(keys: int, seed: int) -> Iterator[tuple[np.ndarray, bytes]]:

@@ -4,15 +4,18 @@
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from pyspark_dstl.backend.ops.key_groups import KEY_GROUPS
 from pyspark_dstl.backend.spark.codec.key_grouping import (
+    GROUP_COLUMN,
     KeyGrouping,
     group_prefixes,
     layout_extra,
     layout_key_groups,
     routing_longs,
+    with_group_column,
 )
 from pyspark_dstl.backend.spark.codec.spark_hash import hash_longs, spark_hash
 from pyspark_dstl.backend.spark.codec.values import encode_key
@@ -58,3 +61,11 @@ def test_group_prefixes_are_two_big_endian_bytes() -> None:
 def test_the_layout_record_names_the_key_groups_and_its_absence_the_old_layout() -> None:
     assert layout_key_groups(layout_extra(KEY_GROUPS)) == KEY_GROUPS
     assert layout_key_groups({"key_columns": ["user"]}) is None
+
+
+def test_a_table_built_outside_the_stage_gets_the_group_column_of_each_row() -> None:
+    grouping = KeyGrouping(("string", "bigint"), KEY_GROUPS)
+    table = pa.table({"user": ["a", None, "a", "b"], "n": [1, 2, 1, None], "v": [1, 2, 3, 4]})
+    grouped = with_group_column(table, ("user", "n"), grouping)
+    assert grouped.column(GROUP_COLUMN).to_pylist() == [
+        grouping.group_of(key) for key in [("a", 1), (None, 2), ("a", 1), ("b", None)]]

@@ -79,6 +79,23 @@ class KeyGrouping:
         return [encode_key(key, int(group)) for key, group in zip(keys, groups, strict=True)]
 
 
+def with_group_column(table: pa.Table, key_columns: Sequence[str], grouping: KeyGrouping
+                      ) -> pa.Table:
+    """`table` with GROUP_COLUMN as the stage computes it, for tables built outside the stage
+    (tools, benchmarks): each distinct key hashed once in Python."""
+    if not len(table):
+        return table.append_column(GROUP_COLUMN, pa.array([], pa.int32()))
+    columns = [table.column(name).combine_chunks().dictionary_encode(null_encoding="encode")
+               for name in key_columns]
+    indices = np.stack([np.asarray(c.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
+                        for c in columns], axis=1)
+    distinct, inverse = np.unique(indices, axis=0, return_inverse=True)
+    values = [c.dictionary.to_pylist() for c in columns]
+    keys = [tuple(values[i][int(row[i])] for i in range(len(columns))) for row in distinct]
+    groups = grouping.groups_of(keys)[np.asarray(inverse).reshape(-1)]
+    return table.append_column(GROUP_COLUMN, pa.array(groups, pa.int32()))
+
+
 def group_prefixes(groups: np.ndarray) -> pa.Array:
     """The stored form of every key group (GROUP_WIDTH bytes, big-endian), as one binary
     array built in numpy."""
