@@ -7,6 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from pyspark_dstl.backend.lineage.commit_entry import CommitEntry, OperatorCommit
 from pyspark_dstl.backend.ops.key_groups import KEY_GROUPS
 from pyspark_dstl.backend.spark.codec.key_grouping import (
     GROUP_COLUMN,
@@ -19,7 +20,10 @@ from pyspark_dstl.backend.spark.codec.key_grouping import (
 )
 from pyspark_dstl.backend.spark.codec.spark_hash import hash_longs, spark_hash
 from pyspark_dstl.backend.spark.codec.values import encode_key
-from pyspark_dstl.backend.spark.errors import PartitioningError
+from pyspark_dstl.backend.spark.driver.operator import BatchBase, OperatorSpec, StatefulOperator
+from pyspark_dstl.backend.spark.errors import CommitValidationError, PartitioningError
+from pyspark_dstl.backend.spark.options import DstlConf
+from tests.support.spark import CountProcessor
 
 
 @pytest.mark.parametrize("partitions", [1, 2, 3, 7, 200, 4096])
@@ -69,3 +73,23 @@ def test_a_table_built_outside_the_stage_gets_the_group_column_of_each_row() -> 
     grouped = with_group_column(table, ("user", "n"), grouping)
     assert grouped.column(GROUP_COLUMN).to_pylist() == [
         grouping.group_of(key) for key in [("a", 1), (None, 2), ("a", 1), ("b", None)]]
+
+
+def _operator() -> StatefulOperator:
+    spec = OperatorSpec(processor=CountProcessor(), key_columns=("user",), output_schema=None,
+                        checkpoint="file:///nowhere/ckpt")
+    return StatefulOperator(spec, DstlConf.from_settings({}))
+
+
+def _base(extra: dict[str, object]) -> BatchBase:
+    return BatchBase(4, CommitEntry(4, {"stateful": OperatorCommit(1, {})}, extra=extra))
+
+
+def test_a_new_checkpoint_gets_key_groups_and_a_recorded_count_is_kept() -> None:
+    assert _operator()._key_groups(BatchBase(None, None)) == KEY_GROUPS
+    assert _operator()._key_groups(_base(layout_extra(1024))) == 1024
+
+
+def test_state_stored_before_key_groups_is_refused_until_migrated() -> None:
+    with pytest.raises(CommitValidationError, match=r"before key groups.*migrate"):
+        _operator()._key_groups(_base({"key_columns": ["user"]}))

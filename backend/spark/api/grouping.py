@@ -78,6 +78,13 @@ class Keys(Sequence[tuple[Any, ...]]):
     def __iter__(self) -> Iterator[tuple[Any, ...]]:
         return iter(self._tuples)
 
+    def take(self, indices: Sequence[int] | np.ndarray) -> Keys:
+        """The keys at `indices`, keeping their stored bytes (a list of the tuples would
+        have to be hashed again to find them)."""
+        picked = [int(i) for i in indices]
+        encoded = None if self._encoded is None else [self._encoded[i] for i in picked]
+        return Keys([self._tuples[i] for i in picked], encoded, self._grouping)
+
 
 class KeyedBatch:
     """One partition's rows of one micro-batch, sorted and grouped by the grouping key.
