@@ -28,10 +28,12 @@ import pyarrow as pa
 from benchmarks.harness import Report, parse_args, plan_of, profiled, scratch
 from benchmarks.spark_jobs import PerKeyCount, VectorizedCount
 from benchmarks.step_clock import StepClock
+from pyspark_dstl.backend.ops.key_groups import KEY_GROUPS
 from pyspark_dstl.backend.options import BackendOptions
 from pyspark_dstl.backend.spark.api.grouping import KeyedBatch
 from pyspark_dstl.backend.spark.api.processor import StatefulProcessor
 from pyspark_dstl.backend.spark.api.state import ValueState
+from pyspark_dstl.backend.spark.codec.key_grouping import KeyGrouping, with_group_column
 from pyspark_dstl.backend.spark.task.output import OutputCollector
 from pyspark_dstl.backend.spark.task.runner import BatchTimes, run_processor
 from pyspark_dstl.backend.store.state_backend import StateBackend
@@ -42,6 +44,7 @@ FULL: dict[str, Any] = {"store_keys": 250_000, "rows": 50_000, "rounds": 5}
 QUICK: dict[str, Any] = {"store_keys": 5_000, "rows": 1_000, "rounds": 2}
 OUTPUT = pa.schema([("user", pa.string()), ("count", pa.int64())])
 KEY_COLUMNS = ("user",)
+GROUPING = KeyGrouping(("string",), KEY_GROUPS)
 # (label, owner, attribute) of each wrapped step, in the order a batch reaches them
 PHASES: tuple[tuple[str, Any, str], ...] = (
     ("grouping + key tuples + key bytes", KeyedBatch, "__init__"),
@@ -100,6 +103,12 @@ class PhaseClock(StepClock):
         return self.wrap(label, original)
 
 
+def with_groups(table: pa.Table) -> pa.Table:
+    """The rows as the stage hands them to a task: with Spark's key group column (computed
+    here, before any timing)."""
+    return with_group_column(table, KEY_COLUMNS, GROUPING)
+
+
 def user_names(indices: np.ndarray) -> pa.Array:
     return pa.array([f"user-{int(i)}" for i in indices], pa.string())
 
@@ -115,15 +124,16 @@ def measure(plan: dict[str, Any], work: Path, seed: int) -> dict[str, Any]:
     try:
         provider = backend.provider((work / "checkpoint").as_uri(), "perkey", 0)
         store = provider.get_store(0)
-        everyone = pa.table({"user": user_names(np.arange(store_keys)),
-                             "v": pa.array(np.zeros(store_keys, dtype=np.int64))})
+        everyone = with_groups(pa.table({"user": user_names(np.arange(store_keys)),
+                                         "v": pa.array(np.zeros(store_keys, dtype=np.int64))}))
         _run(VectorizedCount(), store, everyone, 0)
         info = store.commit()
         clock = PhaseClock()
         for batch_id in range(1, plan["rounds"] + 1):
             users = rng.integers(0, store_keys, plan["rows"])
-            table = pa.table({"user": user_names(users),
-                              "v": pa.array(np.arange(plan["rows"], dtype=np.int64))})
+            table = with_groups(pa.table({"user": user_names(users),
+                                          "v": pa.array(np.arange(plan["rows"],
+                                                                  dtype=np.int64))}))
             after = counts.copy()
             np.add.at(after, users, 1)
             distinct = np.unique(users)
@@ -156,7 +166,8 @@ def measure(plan: dict[str, Any], work: Path, seed: int) -> dict[str, Any]:
 
 def _run(processor: Any, store: Any, table: pa.Table, batch_id: int) -> pa.Table:
     result = run_processor(processor, store, table, KEY_COLUMNS, OUTPUT, batch_id=batch_id,
-                           partition_id=0, times=BatchTimes(int(time.time() * 1000)))
+                           partition_id=0, times=BatchTimes(int(time.time() * 1000)),
+                           grouping=GROUPING)
     output: pa.Table = result.output
     return output
 

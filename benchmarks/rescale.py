@@ -1,16 +1,22 @@
 """Rescale benchmark: a rescale's time and bytes against a full restore of the same state.
 
-A checkpoint of `keys` keys (one bigint grouping key each, as backend.spark stores them: a
-msgpack key in a value state, 100 random bytes per value) is written over `from` partitions,
-every key where Spark's hash puts it, each store one snapshot. Then, alternating in every
+A checkpoint of `keys` keys (one bigint grouping key each, as backend.spark stores them: the
+2-byte key group then the msgpack key, in a value state, 100 random bytes per value) is
+written over `from` partitions, every key in the partition owning its key group, each store
+one snapshot; and the same state in the hash layout of checkpoints written before key groups
+(bare msgpack keys, each in partition pmod(Spark's hash, `from`)). Then, alternating in every
 round, from cold local directories:
-- restore: every partition's store loaded at its checkpoint, two at a time (what a restart of
-  the query reads);
-- rescale: `python -m pyspark_dstl rescale`'s work, to `to` partitions: every old store
-  restored (two at a time, ahead of the reading), every key routed by Spark's hash (in numpy)
-  and ingested into its new store, each new store committed as a snapshot (four uploading at
-  once). The commit log entry (one small file) is left
-  out of both.
+- restore: every partition's store of the key-group checkpoint loaded at its checkpoint, two
+  at a time (what a restart of the query reads);
+- rescale: `python -m pyspark_dstl rescale`'s work on it, to `to` partitions, by moving ranges
+  of key groups (backend/ops/range_rescale.py): old stores restored, each new store a clipped
+  RocksDB checkpoint of the old store it overlaps most plus the other's share copied as a
+  range, committed as a snapshot whose files the old store already had are copied inside the
+  storage instead of uploaded;
+- migration: the one-time migration of the hash-layout checkpoint to key groups over `to`
+  partitions (every key decoded, hashed in numpy, given its group and ingested into its new
+  store; the new stores committed as snapshots).
+The commit log entry (one small file) is left out of all.
 Bytes: what each reads from the checkpoint (snapshot files) and what the rescale writes. On S3
 the proxy's byte counts are recorded too, and requests get the recovery benchmark's latency.
 
@@ -22,6 +28,7 @@ store provider, `from` shuffle partitions, local[2]; each round repartitions it 
 back.
 
     python -m benchmarks.rescale [--quick] [--storage file,s3] [--keys 1000000] [--no-spark]
+        [--no-migration]
 """
 
 from __future__ import annotations
@@ -41,10 +48,12 @@ from benchmarks.recovery import S3_LATENCY
 from benchmarks.s3 import S3Harness
 from benchmarks.workload import backend_options, file_url
 from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
+from pyspark_dstl.backend.ops.key_groups import KEY_GROUPS, owner
+from pyspark_dstl.backend.ops.range_rescale import rescale_ranges
 from pyspark_dstl.backend.ops.rescale import PARALLEL_LOADS, rescale_stores, restore_bytes
-from pyspark_dstl.backend.spark.codec.key_routing import KeyRouter
+from pyspark_dstl.backend.spark.codec.key_routing import HashLayoutMigration, key_offset
 from pyspark_dstl.backend.spark.codec.spark_hash import hash_longs
-from pyspark_dstl.backend.spark.codec.values import encode_key
+from pyspark_dstl.backend.spark.codec.values import encode_key, pack_key
 from pyspark_dstl.backend.store.provider import ChangelogProvider
 from pyspark_dstl.backend.store.state_backend import StateBackend
 from pyspark_dstl.changelog.options import ChangelogOptions
@@ -54,6 +63,7 @@ NAME = "rescale"
 FULL: dict[str, Any] = {"keys": 1_000_000, "from": 4, "to": 6, "rounds": 3}
 QUICK: dict[str, Any] = {"keys": 20_000, "from": 3, "to": 5, "rounds": 1}
 OPERATOR = "stateful"
+HASH_OPERATOR = "hash_layout"  # the same state in the hash layout, beside it in the root
 CF = "value/state"
 VALUE_SIZE = 100
 CHUNK = 200_000
@@ -73,10 +83,20 @@ Layout = Callable[[np.ndarray, int], tuple[np.ndarray, list[bytes]]]
 """(key numbers, partitions) -> each key's partition and its stored key."""
 
 
-def spark_layout(numbers: np.ndarray, partitions: int) -> tuple[np.ndarray, list[bytes]]:
-    """Today's layout: the partition Spark's hash of the bigint key picks, the msgpack key."""
+def group_layout(numbers: np.ndarray, partitions: int) -> tuple[np.ndarray, list[bytes]]:
+    """Key groups: each key in the partition owning pmod(Spark's hash, G), stored after its
+    group, as the stateful stage stores it."""
+    groups = hash_longs(numbers).astype(np.int64) % KEY_GROUPS
+    return owner(groups, partitions, KEY_GROUPS), [
+        encode_key([number], group)
+        for number, group in zip(numbers.tolist(), groups.tolist(), strict=True)]
+
+
+def hash_layout(numbers: np.ndarray, partitions: int) -> tuple[np.ndarray, list[bytes]]:
+    """The layout before key groups: the partition Spark's hash of the bigint key picks, the
+    msgpack key without a key group."""
     owners = hash_longs(numbers).astype(np.int64) % partitions
-    return owners, [encode_key([int(n)]) for n in numbers]
+    return owners, [pack_key([int(n)]) for n in numbers]
 
 
 def generated(keys: int, seed: int) -> Iterator[tuple[np.ndarray, bytes]]:
@@ -88,13 +108,14 @@ def generated(keys: int, seed: int) -> Iterator[tuple[np.ndarray, bytes]]:
 
 
 def build(target: Target, keys: int, partitions: int, seed: int, work: Path,
-          layout: Layout = spark_layout) -> dict[int, CheckpointInfo]:
+          layout: Layout = group_layout, operator: str = OPERATOR
+          ) -> dict[int, CheckpointInfo]:
     """One snapshot per partition holding its keys (where `layout` puts them)."""
     options = backend_options(work, target.options, NO_SNAPSHOTS)
     with StateBackend(options) as backend:
         stores = []
         for partition in range(partitions):
-            provider = backend.provider(target.url, OPERATOR, partition)
+            provider = backend.provider(target.url, operator, partition)
             assert isinstance(provider, ChangelogProvider)
             stores.append(provider.get_empty_store_after(0))
         for numbers, blob in generated(keys, seed):
@@ -130,10 +151,21 @@ def restore_all(target: Target, infos: dict[int, CheckpointInfo], work: Path,
 
 def rescale_all(target: Target, infos: dict[int, CheckpointInfo], partitions: int,
                 work: Path) -> dict[str, Any]:
+    """The range rescale of the key-group checkpoint."""
     options = backend_options(work, target.options, NO_SNAPSHOTS)
     began = time.perf_counter()
-    _, stats = rescale_stores(options, target.url, OPERATOR, infos, partitions,
-                              KeyRouter(["bigint"], partitions))
+    _, stats = rescale_ranges(options, target.url, OPERATOR, infos, partitions, KEY_GROUPS,
+                              key_offset)
+    return {"seconds": time.perf_counter() - began, **stats.to_dict()}
+
+
+def migrate_all(target: Target, infos: dict[int, CheckpointInfo], partitions: int,
+                work: Path) -> dict[str, Any]:
+    """The one-time migration of the hash-layout checkpoint to key groups, key by key."""
+    options = backend_options(work, target.options, NO_SNAPSHOTS)
+    began = time.perf_counter()
+    _, stats = rescale_stores(options, target.url, HASH_OPERATOR, infos, partitions,
+                              HashLayoutMigration(["bigint"], partitions, KEY_GROUPS))
     return {"seconds": time.perf_counter() - began, **stats.to_dict()}
 
 
@@ -154,23 +186,27 @@ def run_storage(args: argparse.Namespace, target: Target, plan: dict[str, Any],
                 work: Path) -> dict[str, list[dict[str, Any]]]:
     began = time.perf_counter()
     infos = build(target, plan["keys"], plan["from"], args.seed, work / "build")
-    print(f"  {target.kind}: built {plan['keys']:,} keys over {plan['from']} partitions in "
+    hashed = ({} if args.no_migration else
+              build(target, plan["keys"], plan["from"], args.seed, work / "build-hash",
+                    hash_layout, HASH_OPERATOR))
+    print(f"  {target.kind}: built {plan['keys']:,} keys over {plan['from']} partitions "
+          f"({'key groups' if args.no_migration else 'key groups and the hash layout'}) in "
           f"{time.perf_counter() - began:.1f} s", flush=True)
-    results: dict[str, list[dict[str, Any]]] = {"restore": [], "rescale": []}
+    actions: dict[str, Callable[[Path], dict[str, Any]]] = {
+        "restore": lambda local: restore_all(target, infos, local),
+        "rescale": lambda local: rescale_all(target, infos, plan["to"], local)}
+    if hashed:
+        actions["migration"] = lambda local: migrate_all(target, hashed, plan["to"], local)
+    results: dict[str, list[dict[str, Any]]] = {label: [] for label in actions}
     for number in range(plan["rounds"]):
-        order = ["restore", "rescale"] if number % 2 == 0 else ["rescale", "restore"]
+        labels = list(actions)
+        order = labels if number % 2 == 0 else labels[::-1]
         for label in order:
             with scratch(args, label) as local:
-                if label == "restore":
-                    results[label].append(measured_on_wire(
-                        target, lambda local=local: restore_all(target, infos, local)))
-                else:
-                    results[label].append(measured_on_wire(
-                        target, lambda local=local: rescale_all(target, infos, plan["to"],
-                                                                local)))
-        print(f"  {target.kind}: round {number + 1}/{plan['rounds']}: restore "
-              f"{results['restore'][-1]['seconds']:.2f} s, rescale "
-              f"{results['rescale'][-1]['seconds']:.2f} s", flush=True)
+                results[label].append(measured_on_wire(
+                    target, lambda label=label, local=local: actions[label](local)))
+        print(f"  {target.kind}: round {number + 1}/{plan['rounds']}: " + ", ".join(
+            f"{label} {results[label][-1]['seconds']:.2f} s" for label in labels), flush=True)
     return results
 
 
@@ -243,31 +279,44 @@ def tabulate_spark(report: Report, ours: dict[str, list[dict[str, Any]]],
                 f"Spark takes {value:.1f}x as long", value, value > 1.0)
 
 
+def _wire(result: dict[str, Any]) -> float:
+    return (result.get("wire_bytes_out", 0) + result.get("wire_bytes_in", 0)) / 1e6
+
+
 def tabulate(report: Report, kind: str, results: dict[str, list[dict[str, Any]]],
              plan: dict[str, Any]) -> None:
     restore = summarize([r["seconds"] for r in results["restore"]])
-    rescale = summarize([r["seconds"] for r in results["rescale"]])
-    first_restore, first_rescale = results["restore"][0], results["rescale"][0]
+    first_restore = results["restore"][0]
     rows = [["restore (all partitions)", restore["n"], restore["p50"], restore["min"],
-             restore["max"], first_restore["bytes_read"] / 1e6, 0.0,
-             (first_restore.get("wire_bytes_out", 0) +
-              first_restore.get("wire_bytes_in", 0)) / 1e6, 1.0],
-            [f"rescale {plan['from']} -> {plan['to']}", rescale["n"], rescale["p50"],
-             rescale["min"], rescale["max"], first_rescale["bytes_read"] / 1e6,
-             first_rescale["bytes_written"] / 1e6,
-             first_rescale.get("wire_bytes_out", 0) / 1e6 +
-             first_rescale.get("wire_bytes_in", 0) / 1e6,
-             ratio(rescale["p50"], restore["p50"])]]
+             restore["max"], first_restore["bytes_read"] / 1e6, 0.0, 0.0,
+             _wire(first_restore), 1.0]]
+    names = {"rescale": f"rescale {plan['from']} -> {plan['to']} (ranges of key groups)",
+             "migration": f"migration to key groups, {plan['from']} -> {plan['to']} (key by "
+                          f"key, once)"}
+    for label in ("rescale", "migration"):
+        if label not in results:
+            continue
+        timed = summarize([r["seconds"] for r in results[label]])
+        first = results[label][0]
+        uploaded = first["bytes_uploaded"] if label == "rescale" else first["bytes_written"]
+        rows.append([names[label], timed["n"], timed["p50"], timed["min"], timed["max"],
+                     first["bytes_read"] / 1e6, uploaded / 1e6, first["bytes_copied"] / 1e6,
+                     _wire(first), ratio(timed["p50"], restore["p50"])])
     report.table(f"Rescale vs restore on {kind}:// of {plan['keys']:,} keys",
-                 ["operation", "n", "p50 s", "min s", "max s", "read MB", "written MB",
-                  "on the wire MB (S3)", "time vs restore"], rows)
+                 ["operation", "n", "p50 s", "min s", "max s", "read MB", "uploaded MB",
+                  "copied in storage MB", "on the wire MB (S3)", "time vs restore"], rows)
     phases = [[name, summarize([r[f"{name}_seconds"] for r in results["rescale"]])["p50"]]
-              for name in ("load", "read", "write")]
-    report.table(f"Rescale phases on {kind}:// (p50 s): load = restore the old stores (summed "
-                 f"over {PARALLEL_LOADS} at once, overlapping the reads); read = iterate, route "
-                 f"and ingest their keys; write = snapshot and upload the new stores",
+              for name in ("load", "clip", "copy", "write")]
+    report.table(f"Range rescale phases on {kind}:// (p50 s, summed over the stores worked on "
+                 f"at once): load = restore the old stores; clip = RocksDB checkpoint of the "
+                 f"base store and range deletes; copy = the other old store's share as a range; "
+                 f"write = snapshots of the new stores (files of the base copied in storage)",
                  ["phase", "p50 s"], phases)
-    value = ratio(rescale["p50"], restore["p50"])
+    copied = results["rescale"][0]
+    report.note(f"{kind}: the range rescale copied {copied['keys_copied']:,} keys one by one "
+                f"(the shares of the other old stores and the timer index), "
+                f"{copied['files_shared']} files inside the storage")
+    value = ratio(summarize([r["seconds"] for r in results["rescale"]])["p50"], restore["p50"])
     report.goal(f"9. rescale {plan['from']} -> {plan['to']} of {plan['keys']:,} keys ({kind})",
                 "rescale <= 1.5x a restore of the same state", f"{value:.2f}x restore", value,
                 value <= 1.5)
@@ -280,6 +329,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         (["--rounds"], {"type": int, "default": None}),
         (["--no-spark"], {"action": "store_true",
                           "help": "leave out Spark's own repartition (file only otherwise)"}),
+        (["--no-migration"], {"action": "store_true",
+                              "help": "leave out the migration from the hash layout"}),
     ])
     plan = plan_of(args, QUICK, FULL, ("keys", "rounds"))
     kinds = [k.strip() for k in args.storage.split(",") if k.strip()]
@@ -287,9 +338,11 @@ def main(argv: Sequence[str] | None = None) -> None:
                                  "key": "one bigint grouping key",
                                  "s3_latency_model": S3_LATENCY.to_dict(),
                                  "s3_latency_model_text": S3_LATENCY.describe()})
-    report.note("read MB: snapshot and changelog bytes of the checkpoints loaded; written MB: "
-                "snapshot bytes the rescale uploads; on the wire: both directions at the S3 "
-                "proxy, requests included")
+    report.note("read MB: snapshot and changelog bytes of the checkpoints loaded; uploaded MB: "
+                "snapshot bytes sent by this process; copied in storage MB: snapshot files "
+                "copied from the old stores' snapshots inside the storage (a hard link on "
+                "file://, CopyObject on S3); on the wire: both directions at the S3 proxy, "
+                "requests included")
     measured: dict[str, dict[str, list[dict[str, Any]]]] = {}
     with profiled(args):
         for kind in kinds:

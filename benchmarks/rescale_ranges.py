@@ -140,7 +140,7 @@ def ranged_layout(numbers: np.ndarray, partitions: int) -> tuple[np.ndarray, lis
     """The range layout for benchmarks.rescale.build: key group first, then the msgpack key."""
     groups = key_groups(numbers)
     return group_owner(groups, partitions), [
-        int(g).to_bytes(2, "big") + encode_key([int(n)])
+        encode_key([int(n)], int(g))
         for g, n in zip(groups.tolist(), numbers.tolist(), strict=True)]
 
 

@@ -80,7 +80,7 @@ class VectorizedTimeout(VectorizedStatefulProcessor):
                           millis, np.iinfo(np.int64).min)
         newest = np.maximum.reduceat(millis, batch.offsets[:-1])  # every key has >= 1 row
         armed = np.flatnonzero(newest > np.iinfo(np.int64).min)
-        keys = batch.keys if len(armed) == len(batch) else [batch.keys[i] for i in armed]
+        keys = batch.keys if len(armed) == len(batch) else batch.keys.take(armed)
         newest = newest[armed]
         self.seen.update_many(keys, newest.tolist())
         self.handle.register_timers(keys, (newest + TIMEOUT_MS).tolist())

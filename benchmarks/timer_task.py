@@ -22,13 +22,16 @@ import pyarrow as pa
 
 from benchmarks.spark_timer_jobs import PerKeyTimeout, VectorizedTimeout
 from benchmarks.step_clock import StepClock
+from pyspark_dstl.backend.ops.key_groups import KEY_GROUPS
 from pyspark_dstl.backend.options import BackendOptions
+from pyspark_dstl.backend.spark.codec.key_grouping import KeyGrouping, with_group_column
 from pyspark_dstl.backend.spark.task import runner
 from pyspark_dstl.backend.spark.task.output import OutputCollector
 from pyspark_dstl.backend.spark.task.runner import BatchTimes, run_processor
 from pyspark_dstl.backend.spark.time.timers import TimerIndex
 from pyspark_dstl.backend.store.state_backend import StateBackend
 
+GROUPING = KeyGrouping(("string",), KEY_GROUPS)  # the workload's key: one string column
 OUTPUT = pa.schema([("user", pa.string()), ("expiry", pa.int64()), ("seen", pa.int64())])
 PHASES = (  # (label, owner, attributes) of each wrapped step, in the order they run
     ("due-timer scan", TimerIndex, ("due",)),
@@ -74,7 +77,7 @@ def breakdown(workload: Any, work: Path, modes: list[str], batches: int
 
     `workload` is a benchmarks.spark_timers.Workload sized to one partition's keys."""
     results: dict[str, list[dict[str, float]]] = {}
-    registration = workload.file_table(0)
+    registration = with_group_column(workload.file_table(0), ("user",), GROUPING)
     for mode in modes:
         backend = StateBackend(BackendOptions.from_conf(
             {"spark.dstl.stateStore.localDir": str(work / mode / "local")}))
@@ -83,19 +86,21 @@ def breakdown(workload: Any, work: Path, modes: list[str], batches: int
             store = provider.get_store(0)
             run_processor(VectorizedTimeout(), store, registration, ("user",), OUTPUT,
                           batch_id=0, partition_id=0,
-                          times=BatchTimes(_now_ms(), 0, "event_time"))
+                          times=BatchTimes(_now_ms(), 0, "event_time"), grouping=GROUPING)
             info = store.commit()
             samples = []
             clock = PhaseClock()
             for batch_id in range(1, batches + 1):
+                table = with_group_column(workload.file_table(batch_id), ("user",), GROUPING)
                 began, began_cpu = time.perf_counter(), time.thread_time()
                 store = provider.get_store(info.version, info)
                 loaded, loaded_cpu = time.perf_counter(), time.thread_time()
                 with clock.installed():
                     result = run_processor(
-                        PROCESSORS[mode](), store, workload.file_table(batch_id), ("user",),
+                        PROCESSORS[mode](), store, table, ("user",),
                         OUTPUT, batch_id=batch_id, partition_id=0,
-                        times=BatchTimes(_now_ms(), workload.watermark_ms(batch_id), "event_time"))
+                        times=BatchTimes(_now_ms(), workload.watermark_ms(batch_id), "event_time"),
+                        grouping=GROUPING)
                 ran, ran_cpu = time.perf_counter(), time.thread_time()
                 info = store.commit()
                 committed, committed_cpu = time.perf_counter(), time.thread_time()

@@ -138,13 +138,18 @@ def test_recovery_restores_every_checkpoint_and_replays_the_changelog(runs: Runs
     assert len(result["goals"]) == 2
 
 
-def test_rescale_moves_every_key_and_reads_what_a_restore_reads(runs: Runs) -> None:
+def test_rescale_reads_what_a_restore_reads_and_the_migration_moves_every_key(
+        runs: Runs) -> None:
     result, _ = runs.result("rescale")
     for kind in ("file", "s3"):
-        restore, rescale = result["samples"][kind]["restore"][0], \
-            result["samples"][kind]["rescale"][0]
-        assert rescale["keys"] == 2000 and rescale["bytes_read"] == restore["bytes_read"] > 0
-        assert sum(rescale["keys_per_partition"].values()) == 2000
+        samples = result["samples"][kind]
+        restore, rescale = samples["restore"][0], samples["rescale"][0]
+        migration = samples["migration"][0]
+        assert rescale["bytes_read"] == restore["bytes_read"] > 0
+        assert rescale["bytes_uploaded"] + rescale["bytes_copied"] == rescale["bytes_written"]
+        assert rescale["files_shared"] > 0
+        assert migration["keys"] == 2000
+        assert sum(migration["keys_per_partition"].values()) == 2000
     assert [set(r) for r in result["spark_samples"]] == [{"state_bytes", "to_seconds",
                                                           "back_seconds"}]
     assert len(result["goals"]) == 3

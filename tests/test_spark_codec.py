@@ -21,6 +21,7 @@ from pyspark_dstl.backend.spark.codec.values import (
     encode_key,
     encode_user_key,
     encode_value,
+    pack_key,
     split_map_key,
 )
 from pyspark_dstl.backend.spark.errors import StateDecodingError, StateEncodingError
@@ -41,7 +42,7 @@ def test_values_round_trip(value: object) -> None:
 
 @given(keys, keys)
 def test_distinct_keys_never_prefix_each_other(a: list[object], b: list[object]) -> None:
-    ka, kb = encode_key(a), encode_key(b)
+    ka, kb = encode_key(a, 300), encode_key(b, 300)
     if ka != kb:
         assert not kb.startswith(ka)
     assert decode_key(ka) == tuple(a)
@@ -96,14 +97,14 @@ def test_unsupported_value_names_the_state_variable() -> None:
 
 def test_unsupported_key_type_is_refused() -> None:
     with pytest.raises(StateEncodingError, match="grouping key"):
-        encode_key([datetime.time(12, 30)])
+        encode_key([datetime.time(12, 30)], 0)
 
 
 def test_timestamp_and_date_keys_round_trip_whatever_the_zone() -> None:
     aware = datetime.datetime(2026, 1, 1, 9, 0, tzinfo=datetime.UTC)
     key = (aware, datetime.date(2026, 1, 2))
-    assert decode_key(encode_key(key)) == key
-    assert encode_key([aware.replace(tzinfo=None)]) == encode_key([aware])  # naive is UTC
+    assert decode_key(encode_key(key, 1)) == key
+    assert encode_key([aware.replace(tzinfo=None)], 1) == encode_key([aware], 1)  # naive: UTC
 
 
 def test_list_elements_keep_their_own_expiry() -> None:
@@ -114,8 +115,20 @@ def test_list_elements_keep_their_own_expiry() -> None:
 
 
 def test_map_key_splits_into_grouping_key_and_user_key() -> None:
-    stored = encode_key(["u1", 3]) + encode_user_key(("page", 7), "m")
+    stored = encode_key(["u1", 3], 4095) + encode_user_key(("page", 7), "m")
     assert split_map_key(stored, "m") == (("u1", 3), ("page", 7))
+
+
+def test_a_stored_key_is_its_group_then_its_msgpack_array() -> None:
+    assert encode_key(["u1", 3], 258) == b"\x01\x02" + pack_key(["u1", 3])
+
+
+def test_keys_stored_before_key_groups_decode_with_grouped_false() -> None:
+    assert decode_key(pack_key(["u1", 3]), grouped=False) == ("u1", 3)
+    old_map_key = pack_key(["u1", 3]) + encode_user_key("x", "m")
+    assert split_map_key(old_map_key, "m", grouped=False) == (("u1", 3), "x")
+    with pytest.raises(StateDecodingError, match="grouped=False"):
+        decode_key(b"\x91", "k")
     assert decode_user_key(encode_user_key("x", "m"), "m") == "x"
 
 

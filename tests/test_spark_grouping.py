@@ -7,7 +7,8 @@ import pyarrow as pa
 import pytest
 
 from pyspark_dstl.backend.spark.api.grouping import KeyedBatch, Keys
-from pyspark_dstl.backend.spark.errors import OutputSchemaError
+from pyspark_dstl.backend.spark.codec.key_grouping import KeyGrouping
+from pyspark_dstl.backend.spark.errors import OutputSchemaError, StateVariableError
 from pyspark_dstl.backend.spark.task.output import OutputCollector
 
 SCHEMA = pa.schema([("user", pa.string()), ("count", pa.int64())])
@@ -68,9 +69,20 @@ def test_empty_partition_has_no_keys() -> None:
 
 
 def test_keys_slice_keeps_their_encodings() -> None:
-    keys = Keys([("a",), ("b",), ("c",)])
+    keys = Keys([("a",), ("b",), ("c",)], grouping=KeyGrouping(("string",), 4096))
     assert keys[1:].encoded == keys.encoded[1:]
     assert Keys.of([["a"]])[0] == ("a",)
+
+
+def test_keys_taken_by_index_keep_their_stored_bytes() -> None:
+    keys = Keys([("a",), ("b",), ("c",)], [b"A", b"B", b"C"])
+    taken = keys.take([2, 0])
+    assert list(taken) == [("c",), ("a",)] and taken.encoded == [b"C", b"A"]
+
+
+def test_keys_without_stored_bytes_or_a_grouping_are_refused_naming_the_fix() -> None:
+    with pytest.raises(StateVariableError, match="KeyGrouping"):
+        _ = Keys([("a",)]).encoded
 
 
 def test_collector_mixes_rows_frames_and_arrow() -> None:

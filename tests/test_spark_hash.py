@@ -10,13 +10,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pyspark_dstl.backend.spark.codec.key_routing import KeyRouter, single_ints
+from pyspark_dstl.backend.ops.key_groups import GROUP_WIDTH
+from pyspark_dstl.backend.spark.codec.key_routing import HashLayoutMigration, single_ints
 from pyspark_dstl.backend.spark.codec.spark_hash import (
     hash_longs,
     partition_of,
     spark_hash,
 )
-from pyspark_dstl.backend.spark.codec.values import encode_key, encode_user_key
+from pyspark_dstl.backend.spark.codec.values import encode_key, encode_user_key, pack_key
 from pyspark_dstl.backend.spark.errors import PartitioningError
 from pyspark_dstl.backend.spark.time.timers import BY_EXPIRY_CF, BY_KEY_CF, expiry_bytes
 
@@ -117,28 +118,38 @@ EDGE_INTS = [0, 1, 127, 128, 255, 256, 65535, 65536, 2**32 - 1, 2**32, 2**63 - 1
 def test_one_integer_keys_decode_in_numpy_as_msgpack_reads_them() -> None:
     rng = random.Random(3)
     numbers = EDGE_INTS + [rng.randrange(-2**63, 2**63) for _ in range(500)]
-    keys = [encode_key([n]) for n in numbers]
-    assert single_ints(keys, 0).tolist() == numbers
-    assert single_ints([b"12345678" + k for k in keys], 8).tolist() == numbers
-    assert single_ints([k + encode_user_key(("a", 1), "m") for k in keys], 0).tolist() == numbers
+    keys = [encode_key([n], n % 4096) for n in numbers]  # the msgpack array follows the group
+    assert single_ints(keys, GROUP_WIDTH).tolist() == numbers
+    assert single_ints([b"12345678" + k for k in keys], 8 + GROUP_WIDTH).tolist() == numbers
+    assert single_ints([k + encode_user_key(("a", 1), "m") for k in keys],
+                       GROUP_WIDTH).tolist() == numbers
 
 
 def test_keys_that_are_not_one_integer_are_left_to_the_key_by_key_decoding() -> None:
-    assert single_ints([encode_key([1]), encode_key(["a"])], 0) is None
-    assert single_ints([encode_key([1, 2])], 0) is None
-    assert single_ints([encode_key([None])], 0) is None
-    assert single_ints([encode_key([1])[:1]], 0) is None
+    assert single_ints([encode_key([1], 7), encode_key(["a"], 7)], GROUP_WIDTH) is None
+    assert single_ints([encode_key([1, 2], 7)], GROUP_WIDTH) is None
+    assert single_ints([encode_key([None], 7)], GROUP_WIDTH) is None
+    assert single_ints([encode_key([1], 7)[:GROUP_WIDTH + 1]], GROUP_WIDTH) is None
 
 
-def test_the_router_gives_each_stored_key_its_partition_by_sparks_hash() -> None:
+def test_the_migration_gives_each_hash_layout_key_its_group_and_the_groups_owner() -> None:
+    # keys stored without key groups (the hash layout): pack_key
     numbers = EDGE_INTS + list(range(-300, 300))
-    router = KeyRouter(["bigint"], 7)
-    expected = [partition_of([n], ["bigint"], 7) for n in numbers]
-    keys = [encode_key([n]) for n in numbers]
-    assert router("value/count", keys).tolist() == expected
-    assert router(BY_EXPIRY_CF, [expiry_bytes(5) + k for k in keys]).tolist() == expected
-    assert router(BY_KEY_CF, [k + expiry_bytes(5) for k in keys]).tolist() == expected
-    strings = KeyRouter(["string", "bigint"], 5)
-    pairs = [encode_key([f"u{n}", n]) for n in numbers]
-    assert strings("map/m", [k + encode_user_key(1, "m") for k in pairs]).tolist() == \
-        [partition_of([f"u{n}", n], ["string", "bigint"], 5) for n in numbers]
+    migration = HashLayoutMigration(["bigint"], 7, 4096)
+    groups = [spark_hash([n], ["bigint"]) % 4096 for n in numbers]
+    owners = [g * 7 // 4096 for g in groups]
+    keys = [pack_key([n]) for n in numbers]
+    grouped = [encode_key([n], g) for n, g in zip(numbers, groups, strict=True)]
+    for cf, stored, placed in (
+            ("value/count", keys, grouped),
+            (BY_EXPIRY_CF, [expiry_bytes(5) + k for k in keys],
+             [expiry_bytes(5) + k for k in grouped]),
+            (BY_KEY_CF, [k + expiry_bytes(5) for k in keys],
+             [k + expiry_bytes(5) for k in grouped])):
+        partitions, rewritten = migration(cf, stored)
+        assert partitions.tolist() == owners and list(rewritten) == placed
+    pairs = HashLayoutMigration(["string", "bigint"], 5, 4096)
+    composite = [pack_key([f"u{n}", n]) + encode_user_key(1, "m") for n in numbers]
+    expected = [spark_hash([f"u{n}", n], ["string", "bigint"]) % 4096 * 5 // 4096
+                for n in numbers]
+    assert pairs("map/m", composite)[0].tolist() == expected

@@ -7,14 +7,16 @@ from pathlib import Path
 
 import pytest
 
+from pyspark_dstl.backend.ops.key_groups import KEY_GROUPS
 from pyspark_dstl.backend.options import BackendOptions
 from pyspark_dstl.backend.spark.api.processor import StatefulProcessorHandle
 from pyspark_dstl.backend.spark.api.state import KeyContext
-from pyspark_dstl.backend.spark.codec.values import encode_key
+from pyspark_dstl.backend.spark.codec.key_grouping import KeyGrouping
 from pyspark_dstl.backend.spark.errors import StateVariableError
 from pyspark_dstl.backend.store.api import StateStore
 from pyspark_dstl.backend.store.state_backend import StateBackend
 
+GROUPING = KeyGrouping(("string",), KEY_GROUPS)  # keys the tests pass: one string column
 OpenHandle = Callable[[int], tuple[StatefulProcessorHandle, KeyContext, StateStore]]
 
 
@@ -28,7 +30,7 @@ def open_handle(tmp_path: Path) -> Iterator[OpenHandle]:
     def make(now_ms: int) -> tuple[StatefulProcessorHandle, KeyContext, StateStore]:
         store = provider.get_store(0)
         stores.append(store)
-        context = KeyContext(now_ms)
+        context = KeyContext(now_ms, grouping=GROUPING)
         return StatefulProcessorHandle(store, context, batch_id=0, partition_id=0), context, store
 
     yield make
@@ -37,8 +39,13 @@ def open_handle(tmp_path: Path) -> Iterator[OpenHandle]:
     backend.close()
 
 
+def stored(*key: object) -> bytes:
+    """A key's stored bytes, as the batch's keys and the bulk methods have them."""
+    return GROUPING.encode([key])[0]
+
+
 def at_key(context: KeyContext, *key: object) -> None:
-    context.current = encode_key(list(key))
+    context.current = stored(*key)
 
 
 def test_value_state_is_per_grouping_key(open_handle: OpenHandle) -> None:
@@ -59,7 +66,7 @@ def test_value_state_prefetches_the_batch_keys_and_sees_its_own_writes(
         open_handle: OpenHandle) -> None:
     handle, context, _ = open_handle(0)
     count = handle.get_value_state("count")
-    context.batch_keys = [encode_key(["a"]), encode_key(["b"])]
+    context.batch_keys = [stored("a"), stored("b")]
     count.update_many([("a",), ("b",)], [1, 2])
     at_key(context, "a")
     assert count.get() == 1
@@ -81,7 +88,7 @@ def test_expired_value_is_invisible_and_removed_when_touched(open_handle: OpenHa
     assert seen.get() == "x"
     context.now_ms = 3_000
     assert seen.get() is None
-    assert store.get(encode_key(["a"]), "value/seen") is None
+    assert store.get(stored("a"), "value/seen") is None
 
 
 def test_update_refreshes_the_ttl(open_handle: OpenHandle) -> None:
@@ -103,7 +110,7 @@ def test_get_many_hides_and_removes_expired_values(open_handle: OpenHandle) -> N
     seen.update_many([("b",)], [3])
     context.now_ms = 1_200
     assert seen.get_many([("a",), ("b",)]) == [None, 3]
-    assert store.get(encode_key(["a"]), "value/seen") is None
+    assert store.get(stored("a"), "value/seen") is None
 
 
 def test_list_state_appends_puts_and_clears(open_handle: OpenHandle) -> None:
@@ -190,7 +197,7 @@ def test_state_survives_commit_and_reload(open_handle: OpenHandle, tmp_path: Pat
     backend = StateBackend(BackendOptions(local_dir=str(tmp_path / "other")))
     try:
         reloaded = backend.provider((tmp_path / "ckpt").as_uri(), "op", 0).get_store(1, info)
-        context2 = KeyContext(0)
+        context2 = KeyContext(0, grouping=GROUPING)
         handle2 = StatefulProcessorHandle(reloaded, context2, batch_id=1, partition_id=0)
         assert handle2.get_value_state("count").get_many([("a",), ("b",)]) == [1, 2]
         at_key(context2, "a")

@@ -10,11 +10,13 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
+from pyspark_dstl.backend.ops.key_groups import KEY_GROUPS
 from pyspark_dstl.backend.spark.api.processor import (
     StatefulProcessor,
     StatefulProcessorHandle,
     VectorizedStatefulProcessor,
 )
+from pyspark_dstl.backend.spark.codec.key_grouping import KeyGrouping
 from pyspark_dstl.backend.spark.task.runner import BatchTimes, RunResult, run_processor
 from pyspark_dstl.backend.spark.time.timers import TimerIndex
 from pyspark_dstl.backend.store.api import StateStore
@@ -75,7 +77,8 @@ class Task:
         table = pa.table({"user": list(rows), "timers": list(rows.values())}, schema=INPUT)
         result = run_processor(processor, store, table, ("user",), OUTPUT,
                                batch_id=0, partition_id=0,
-                               times=BatchTimes(now_ms, time_mode="processing_time"))
+                               times=BatchTimes(now_ms, time_mode="processing_time"),
+                               grouping=KeyGrouping(("string",), KEY_GROUPS))
         self.info = store.commit()
         return result
 

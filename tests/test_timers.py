@@ -15,6 +15,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
+from pyspark_dstl.backend.ops.key_groups import KEY_GROUPS
 from pyspark_dstl.backend.options import BackendOptions
 from pyspark_dstl.backend.spark.api.processor import (
     ExpiredTimers,
@@ -22,6 +23,7 @@ from pyspark_dstl.backend.spark.api.processor import (
     StatefulProcessorHandle,
     VectorizedStatefulProcessor,
 )
+from pyspark_dstl.backend.spark.codec.key_grouping import KeyGrouping
 from pyspark_dstl.backend.spark.codec.values import encode_key
 from pyspark_dstl.backend.spark.errors import TimerError
 from pyspark_dstl.backend.spark.task.runner import BatchTimes, RunResult, run_processor
@@ -52,6 +54,14 @@ def open_store(tmp_path: Path) -> Iterator[OpenStore]:
     backend.close()
 
 
+GROUPING = KeyGrouping(("string",), KEY_GROUPS)  # the tables' key column "user" is a string
+GROUP = 0x0102  # the TimerIndex tests' keys share one key group: ordered by their msgpack bytes
+
+
+def stored(user: str) -> bytes:
+    return GROUPING.encode([(user,)])[0]
+
+
 def rows(*pairs: tuple[str, int]) -> pa.Table:
     return pa.table({"user": [p[0] for p in pairs], "v": [p[1] for p in pairs]},
                     schema=SCHEMA)
@@ -62,7 +72,8 @@ def run(open_store: OpenStore, processor: Any, table: pa.Table, times: BatchTime
     """One batch of one partition, committed."""
     store = open_store()
     result = run_processor(processor, store, table, ("user",), OUT, batch_id=0,
-                           partition_id=0, times=times, initial_state=initial)
+                           partition_id=0, times=times, initial_state=initial,
+                           grouping=GROUPING)
     open_store.committed.append(store.commit())  # type: ignore[attr-defined]
     return result
 
@@ -112,24 +123,24 @@ def test_timer_registered_already_due_fires_in_the_same_batch(open_store: OpenSt
 def test_index_yields_due_timers_in_expiry_then_key_order(open_store: OpenStore) -> None:
     index = TimerIndex(open_store())
     for key, expiry in [(b"b", 5), (b"a", 5), (b"c", -3), (b"a", 9), (b"d", 10)]:
-        index.register(encode_key((key.decode(),)), expiry)
+        index.register(encode_key((key.decode(),), GROUP), expiry)
     due = [(t.key, t.expiry_ms) for t in index.due(9)]
-    assert due == [(encode_key(("c",)), -3), (encode_key(("a",)), 5),
-                   (encode_key(("b",)), 5), (encode_key(("a",)), 9)]
+    assert due == [(encode_key(("c",), GROUP), -3), (encode_key(("a",), GROUP), 5),
+                   (encode_key(("b",), GROUP), 5), (encode_key(("a",), GROUP), 9)]
     assert index.earliest() == -3
 
 
 def test_index_lists_one_keys_timers_only(open_store: OpenStore) -> None:
     index = TimerIndex(open_store())
-    index.register(encode_key(("a",)), 7)
-    index.register(encode_key(("a",)), 3)
-    index.register(encode_key(("ab",)), 1)  # a longer key must not leak into "a"
-    assert index.of_key(encode_key(("a",))) == [3, 7]
+    index.register(encode_key(("a",), GROUP), 7)
+    index.register(encode_key(("a",), GROUP), 3)
+    index.register(encode_key(("ab",), GROUP), 1)  # a longer key must not leak into "a"
+    assert index.of_key(encode_key(("a",), GROUP)) == [3, 7]
 
 
 def test_deleted_timer_is_gone_from_both_orders(open_store: OpenStore) -> None:
     index = TimerIndex(open_store())
-    key = encode_key(("a",))
+    key = encode_key(("a",), GROUP)
     index.register(key, 4)
     index.delete(key, 4)
     assert index.of_key(key) == [] and index.due(10) == [] and index.earliest() is None
@@ -198,7 +209,7 @@ def test_timers_survive_commit_and_reload(open_store: OpenStore) -> None:
     run(open_store, Reminder(), rows(("a", 300), ("b", 200)), PROCESSING)
     store = open_store()
     assert [(t.key, t.expiry_ms) for t in TimerIndex(store).due(1000)] == [
-        (encode_key(("b",)), 200), (encode_key(("a",)), 300)]
+        (stored("b"), 200), (stored("a"), 300)]
     store.abort()
 
 

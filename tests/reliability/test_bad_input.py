@@ -9,10 +9,11 @@ import pytest
 
 from pyspark_dstl.backend.errors import CommitLogError, ProviderError, StoreIdError
 from pyspark_dstl.backend.lineage.commit_log import CommitEntry
+from pyspark_dstl.backend.ops.key_groups import KEY_GROUPS
 from pyspark_dstl.backend.options import BackendOptions
 from pyspark_dstl.backend.spark.api.processor import StatefulProcessorHandle
 from pyspark_dstl.backend.spark.api.state import KeyContext
-from pyspark_dstl.backend.spark.codec.values import encode_key
+from pyspark_dstl.backend.spark.codec.key_grouping import KeyGrouping
 from pyspark_dstl.backend.spark.errors import StateEncodingError
 from pyspark_dstl.backend.store.state_backend import StateBackend
 from pyspark_dstl.changelog.errors import StorageError
@@ -149,24 +150,28 @@ def test_a_value_larger_than_every_buffer_commits_and_loads_byte_for_byte(
         assert dict(loaded.iterator()) == {key: value, b"small": b"1"}
 
 
+GROUPING = KeyGrouping(("string",), KEY_GROUPS)  # the test's keys: one string column
+
+
 def test_a_state_value_msgpack_cannot_encode_is_refused_naming_the_variable(
         tmp_path: Path, backend: StateBackend) -> None:
     url = (tmp_path / "ckpt").as_uri()
     provider = backend.provider(url, "op", 0)
     store = provider.get_store(0)
-    context = KeyContext(now_ms=0)
+    context = KeyContext(now_ms=0, grouping=GROUPING)
     handle = StatefulProcessorHandle(store, context, batch_id=0, partition_id=0)
     totals = handle.get_value_state("totals")
     cyclic: list[object] = []
     cyclic.append(cyclic)
     for number, value in enumerate([*UNENCODABLE, cyclic]):
-        context.current = encode_key([f"user-{number}"])
+        context.current = GROUPING.encode([(f"user-{number}",)])[0]
         with pytest.raises(StateEncodingError, match="state totals"):
             totals.update(value)
     with pytest.raises(StateEncodingError, match="state totals"):
         totals.update_many([["a"], ["b"], ["c"]], [1, object(), 3])
-    context.current = encode_key(["good"])
+    context.current = GROUPING.encode([("good",)])[0]
     totals.update(7)
     info = store.commit()
     reloaded = provider.get_store(1, info)
-    assert [key for key, _ in reloaded.iterator("value/totals")] == [encode_key(["good"])]
+    assert [key for key, _ in reloaded.iterator("value/totals")] == \
+        GROUPING.encode([("good",)])

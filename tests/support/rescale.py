@@ -23,7 +23,7 @@ from pyspark_dstl.backend.ops.key_groups import (
 )
 from pyspark_dstl.backend.spark.codec.key_routing import grouping_key, key_offset
 from pyspark_dstl.backend.spark.codec.spark_hash import partition_of, spark_hash
-from pyspark_dstl.backend.spark.codec.values import encode_key, encode_user_key, encode_value
+from pyspark_dstl.backend.spark.codec.values import encode_user_key, encode_value, pack_key
 from pyspark_dstl.backend.spark.time.timers import BY_EXPIRY_CF, BY_KEY_CF, expiry_bytes
 from tests.support.backend import OPERATOR, BackendEnv
 
@@ -42,7 +42,7 @@ def key_group(user: str) -> int:
 
 def stored_rows(user: str, i: int, grouped: bool = True) -> list[Row]:
     """What the stateful stage stores for one key: a value, a map entry and a timer."""
-    key = encode_key([user])
+    key = pack_key([user])
     if grouped:
         key = group_bytes(key_group(user)) + key
     expiry = expiry_bytes(1_000 * i)

@@ -15,7 +15,9 @@ import pandas as pd
 import pyarrow as pa
 
 from pyspark_dstl.backend.spark.codec.key_columns import encode_key_columns
+from pyspark_dstl.backend.spark.codec.key_grouping import GROUP_COLUMN, KeyGrouping
 from pyspark_dstl.backend.spark.codec.values import encode_key
+from pyspark_dstl.backend.spark.errors import StateVariableError
 
 # pandas' own row slicing behind .iloc[a:b] (pandas 2.x); a per-key frame is made for every key
 # of a batch, and the indexer's dispatch was a quarter of its cost
@@ -28,22 +30,34 @@ _SET_IS_COPY = getattr(pd.DataFrame, "_set_is_copy", None)
 
 
 class Keys(Sequence[tuple[Any, ...]]):
-    """Distinct grouping keys as tuples, with their encoded bytes computed once."""
+    """Distinct grouping keys as tuples, with their stored bytes (key group + msgpack array)
+    computed once: given (a batch's keys, grouped by Spark), or by `grouping` when asked."""
 
-    def __init__(self, tuples: list[tuple[Any, ...]], encoded: list[bytes] | None = None) -> None:
+    def __init__(self, tuples: list[tuple[Any, ...]], encoded: list[bytes] | None = None,
+                 grouping: KeyGrouping | None = None) -> None:
         self._tuples = tuples
         self._encoded = encoded
+        self._grouping = grouping
 
     @classmethod
-    def of(cls, keys: Sequence[Sequence[Any]]) -> Keys:
+    def of(cls, keys: Sequence[Sequence[Any]], grouping: KeyGrouping | None = None) -> Keys:
+        """`keys` as Keys; keys without stored bytes get them from `grouping`."""
         if isinstance(keys, Keys):
-            return keys
-        return cls([tuple(k) for k in keys])
+            if keys._encoded is not None or keys._grouping is not None or grouping is None:
+                return keys
+            return cls(keys._tuples, None, grouping)
+        return cls([tuple(k) for k in keys], None, grouping)
 
     @property
     def encoded(self) -> list[bytes]:
         if self._encoded is None:
-            self._encoded = [encode_key(k) for k in self._tuples]
+            if self._grouping is None:
+                raise StateVariableError(
+                    "grouping keys without their key group: a stored key starts with "
+                    "pmod(Spark's hash of the key, G), which needs the key columns' Spark "
+                    "types; pass the keys through the handle's state or timer methods (or "
+                    "Keys.of(keys, KeyGrouping(key_types, key_groups)))")
+            self._encoded = self._grouping.encode(self._tuples)
         return self._encoded
 
     def __len__(self) -> int:
@@ -58,30 +72,52 @@ class Keys(Sequence[tuple[Any, ...]]):
     def __getitem__(self, index: int | slice) -> tuple[Any, ...] | Keys:
         if isinstance(index, slice):
             encoded = self._encoded[index] if self._encoded is not None else None
-            return Keys(self._tuples[index], encoded)
+            return Keys(self._tuples[index], encoded, self._grouping)
         return self._tuples[index]
 
     def __iter__(self) -> Iterator[tuple[Any, ...]]:
         return iter(self._tuples)
 
+    def take(self, indices: Sequence[int] | np.ndarray) -> Keys:
+        """The keys at `indices`, keeping their stored bytes (a list of the tuples would
+        have to be hashed again to find them)."""
+        picked = [int(i) for i in indices]
+        encoded = None if self._encoded is None else [self._encoded[i] for i in picked]
+        return Keys([self._tuples[i] for i in picked], encoded, self._grouping)
+
 
 class KeyedBatch:
-    """One partition's rows of one micro-batch, sorted and grouped by the grouping key."""
+    """One partition's rows of one micro-batch, sorted and grouped by the grouping key.
 
-    def __init__(self, table: pa.Table, key_columns: Sequence[str]) -> None:
+    Each key's group comes from the stage's GROUP_COLUMN (computed by Spark; the column is
+    dropped, user code never sees it), else from `grouping` (tables built outside the stage)."""
+
+    def __init__(self, table: pa.Table, key_columns: Sequence[str],
+                 grouping: KeyGrouping | None = None) -> None:
         self.key_columns = tuple(key_columns)
         table = table.combine_chunks()
+        groups_column: pa.ChunkedArray | None = None
+        if GROUP_COLUMN in table.column_names:
+            groups_column = table.column(GROUP_COLUMN)
+            table = table.drop_columns([GROUP_COLUMN])
         group_ids = _group_ids(table, self.key_columns)
         order = np.argsort(group_ids, kind="stable")
         counts = np.bincount(group_ids) if len(group_ids) else np.zeros(0, dtype=np.int64)
         self.offsets: np.ndarray = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
         self.table: pa.Table = table.take(pa.array(order)) if len(order) else table
-        first_rows = pa.array(self.offsets[:-1])
-        self.key_table: pa.Table = self.table.select(list(self.key_columns)).take(first_rows)
+        first_rows = pa.array(order[self.offsets[:-1]] if len(order) else [], pa.int64())
+        self.key_table: pa.Table = table.select(list(self.key_columns)).take(first_rows)
         columns = [self.key_table.column(i).to_pylist() for i in range(len(self.key_columns))]
-        self.keys = Keys(list(zip(*columns, strict=True)) if columns else [],
-                         encode_key_columns(self.key_table.columns) if len(self.key_table)
-                         else None)
+        tuples = list(zip(*columns, strict=True)) if columns else []
+        encoded = None
+        if groups_column is not None and len(tuples):
+            groups = np.asarray(groups_column.take(first_rows).to_numpy(zero_copy_only=False),
+                                dtype=np.int64)
+            encoded = encode_key_columns(self.key_table.columns, groups)
+            if encoded is None:  # a key type not built in Arrow: key by key
+                encoded = [encode_key(key, int(group))
+                           for key, group in zip(tuples, groups, strict=True)]
+        self.keys = Keys(tuples, encoded, grouping)
 
     def __len__(self) -> int:
         """The number of distinct keys."""

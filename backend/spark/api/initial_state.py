@@ -13,6 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pyspark_dstl.backend.spark.codec.key_grouping import GROUP_COLUMN
 from pyspark_dstl.core.errors import ConfigError
 
 KIND_COLUMN = "__dstl_kind"
@@ -85,6 +86,7 @@ def split(table: pa.Table, key_columns: tuple[str, ...]) -> tuple[pa.Table, pa.T
     init_names = [n for n in table.column_names if n.startswith(PREFIX)]
     inputs = table.filter(pc.equal(kinds, INPUT)).drop_columns([*init_names, KIND_COLUMN])
     initial_rows = table.filter(pc.equal(kinds, INITIAL))
-    initial = initial_rows.select([*key_columns, *init_names]).rename_columns(
-        [*key_columns, *(n[len(PREFIX):] for n in init_names)])
+    grouped = [GROUP_COLUMN] if GROUP_COLUMN in table.column_names else []
+    initial = initial_rows.select([*key_columns, *grouped, *init_names]).rename_columns(
+        [*key_columns, *grouped, *(n[len(PREFIX):] for n in init_names)])
     return inputs, initial

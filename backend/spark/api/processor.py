@@ -105,7 +105,7 @@ class StatefulProcessorHandle:
     def register_timers(self, keys: Sequence[Sequence[Any]], expiry_ms: Iterable[int]) -> None:
         """One timer per (key, expiry) pair."""
         self._require_time_mode("register_timers")
-        encoded = Keys.of(keys).encoded
+        encoded = self._context.encode_keys(keys)
         expiries = [int(e) for e in expiry_ms]
         if len(expiries) != len(encoded):
             raise TimerError(f"register_timers got {len(encoded)} keys and {len(expiries)} "
@@ -116,7 +116,7 @@ class StatefulProcessorHandle:
 
     def delete_timers(self, keys: Sequence[Sequence[Any]], expiry_ms: Iterable[int]) -> None:
         self._require_time_mode("delete_timers")
-        encoded = Keys.of(keys).encoded
+        encoded = self._context.encode_keys(keys)
         expiries = [int(e) for e in expiry_ms]
         if len(expiries) != len(encoded):
             raise TimerError(f"delete_timers got {len(encoded)} keys and {len(expiries)} "
@@ -126,7 +126,7 @@ class StatefulProcessorHandle:
 
     def list_timers_of(self, key: Sequence[Any]) -> list[int]:
         self._require_time_mode("list_timers_of")
-        return self._timers.of_key(Keys.of([key]).encoded[0])
+        return self._timers.of_key(self._context.encode_keys([key])[0])
 
     def _require_time_mode(self, call: str) -> None:
         if self._context.time_mode == "none":

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark_dstl.backend.spark.api.grouping import Keys
+from pyspark_dstl.backend.spark.codec.key_grouping import KeyGrouping
 from pyspark_dstl.backend.spark.codec.values import (
     Expiring,
     decode_user_key,
@@ -32,15 +33,21 @@ _MISSING = object()
 
 @dataclass
 class KeyContext:
-    """What the running task shares with its state variables: the batch's times and the key
-    being processed. `now_ms` is the batch's processing time (the clock of every TTL);
-    `watermark_ms` the event-time watermark timers fire at (NO_TIME without event time)."""
+    """What the running task shares with its state variables: the batch's times, the key
+    being processed and how to group keys the processor passes. `now_ms` is the batch's
+    processing time (the clock of every TTL); `watermark_ms` the event-time watermark timers
+    fire at (NO_TIME without event time)."""
 
     now_ms: int
     current: bytes | None = None
     batch_keys: list[bytes] = field(default_factory=list)
     watermark_ms: int = NO_TIME
     time_mode: str = "none"
+    grouping: KeyGrouping | None = None  # key groups of keys a processor passes itself
+
+    def encode_keys(self, keys: Sequence[Sequence[Any]]) -> list[bytes]:
+        """Stored bytes of keys a processor passes (a batch's Keys carry theirs already)."""
+        return Keys.of(keys, self.grouping).encoded
 
     def require_current(self, what: str) -> bytes:
         if self.current is None:
@@ -148,7 +155,7 @@ class ValueState(_StateVariable):
 
     def get_many(self, keys: Sequence[Sequence[Any]], default: Any = None) -> list[Any]:
         """The value of every key (`default` where absent or expired), in order."""
-        encoded = Keys.of(keys).encoded
+        encoded = self._context.encode_keys(keys)
         now, name = self._context.now_ms, self.name
         result: list[Any] = []
         expired: list[bytes] = []
@@ -167,7 +174,7 @@ class ValueState(_StateVariable):
         return result
 
     def update_many(self, keys: Sequence[Sequence[Any]], values: Iterable[Any]) -> None:
-        encoded = Keys.of(keys).encoded
+        encoded = self._context.encode_keys(keys)
         expiry, name = self._expiry(), self.name
         values = list(values)
         if len(values) != len(encoded):
@@ -177,7 +184,7 @@ class ValueState(_StateVariable):
                                                    for value in values], cf=self.cf)
 
     def clear_many(self, keys: Sequence[Sequence[Any]]) -> None:
-        self._store.remove_many(Keys.of(keys).encoded, self.cf)
+        self._store.remove_many(self._context.encode_keys(keys), self.cf)
 
 
 class ListState(_StateVariable):

@@ -1,7 +1,8 @@
 """Grouping keys' bytes built from their Arrow columns at once, not one msgpack call per key.
 
-The bytes are exactly what `codec.encode_key` writes for the same key (a msgpack array of the
-column values in msgpack's smallest forms), so state written either way is found either way.
+The bytes are exactly what `codec.encode_key` writes for the same key and key group (the group's
+GROUP_WIDTH bytes, then a msgpack array of the column values in msgpack's smallest forms), so
+state written either way is found either way.
 Only the common key types are built here (strings, integers, booleans, nulls); for any other
 column type `encode_key_columns` returns None and the caller encodes key by key.
 """
@@ -13,6 +14,8 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from pyspark_dstl.backend.spark.codec.key_grouping import group_prefixes
 
 _NIL = 0xC0
 _TRUE, _FALSE = 0xC3, 0xC2
@@ -26,8 +29,10 @@ _INT_FORMS = ((-(1 << 7), 0xD0, 1), (-(1 << 15), 0xD1, 2), (-(1 << 31), 0xD2, 4)
 Fill = tuple[np.ndarray, int, np.ndarray | int]  # (rows, byte position in the row, byte(s))
 
 
-def encode_key_columns(columns: Sequence[pa.Array | pa.ChunkedArray]) -> list[bytes] | None:
-    """Every row's grouping-key bytes, or None when a column's type is not built here."""
+def encode_key_columns(columns: Sequence[pa.Array | pa.ChunkedArray], groups: np.ndarray
+                       ) -> list[bytes] | None:
+    """Every row's stored grouping-key bytes (`groups[i]`: row i's key group), or None when a
+    column's type is not built here."""
     if not columns or len(columns) > _MAX_FIXARRAY:
         return None
     parts: list[pa.Array] = []
@@ -39,7 +44,10 @@ def encode_key_columns(columns: Sequence[pa.Array | pa.ChunkedArray]) -> list[by
         parts.append(part)
     rows = len(parts[0])
     header = _binary(np.ones(rows, dtype=np.int64), [(np.arange(rows), 0, _FIXARRAY | len(parts))])
-    joined = pc.binary_join_element_wise(header, *parts, pa.scalar(b"", pa.large_binary()))
+    if len(groups) != rows:
+        raise ValueError(f"{len(groups)} key groups for {rows} keys")
+    joined = pc.binary_join_element_wise(group_prefixes(groups), header, *parts,
+                                         pa.scalar(b"", pa.large_binary()))
     keys: list[bytes] = joined.to_pylist()
     return keys
 

@@ -6,7 +6,8 @@ Anything else, datetime included, is refused: store an ISO string or epoch numbe
 the stored bytes never depend on a time zone or a Python class.
 
 A value with a time to live is wrapped in msgpack extension type 1 holding the expiry (epoch
-milliseconds, 8 bytes big-endian) followed by the packed value. Keys are a msgpack array of the
+milliseconds, 8 bytes big-endian) followed by the packed value. Keys are the key group
+(backend/ops/key_groups.py: GROUP_WIDTH bytes, big-endian) then a msgpack array of the
 grouping columns' values: self-delimiting, so one key's bytes are never a prefix of another's and
 map entries can be stored under grouping key + user key and found by a prefix scan. Timestamp
 and date grouping keys are extension types 2 (epoch microseconds, UTC) and 3 (epoch days), so
@@ -26,6 +27,7 @@ from typing import Any
 
 import msgpack
 
+from pyspark_dstl.backend.ops.key_groups import GROUP_WIDTH, group_bytes
 from pyspark_dstl.backend.spark.errors import StateDecodingError, StateEncodingError
 
 TTL_EXT_CODE = 1
@@ -174,14 +176,20 @@ def encode_elements(values: Sequence[Any], expires_at_ms: int | None, what: str)
     return b"".join(encode_value(value, expires_at_ms, what) for value in values)
 
 
-def encode_key(key: Sequence[Any], what: str = "grouping key") -> bytes:
-    """Canonical bytes of a grouping key (a tuple of column values) or a map's user key."""
+def pack_key(key: Sequence[Any], what: str = "grouping key") -> bytes:
+    """The msgpack array of a grouping key's values (a tuple of column values), without its
+    key group: how keys were stored before key groups (the part after the group now)."""
     try:
         return msgpack.packb(list(key), use_bin_type=True, datetime=False, default=_key_default)
     except (TypeError, ValueError, OverflowError) as exc:
         raise StateEncodingError(f"{what} {tuple(key)!r:.120}: {exc} (key columns must be "
                                  f"strings, integers, floats, booleans, binary, timestamps or "
                                  f"dates)") from exc
+
+
+def encode_key(key: Sequence[Any], group: int, what: str = "grouping key") -> bytes:
+    """Stored bytes of a grouping key: its key group (`group_bytes`), then `pack_key`."""
+    return group_bytes(group) + pack_key(key, what)
 
 
 def encode_user_key(key: Any, what: str) -> bytes:
@@ -199,7 +207,21 @@ def decode_user_key(data: bytes, what: str) -> Any:
         raise StateDecodingError(f"state {what}: stored map key is not valid: {exc}") from exc
 
 
-def decode_key(data: bytes, what: str = "grouping key") -> tuple[Any, ...]:
+def _strip_group(data: bytes, grouped: bool, what: str) -> bytes:
+    if not grouped:
+        return data
+    if len(data) < GROUP_WIDTH:
+        raise StateDecodingError(f"{what}: stored key {data!r} is too short to start with a "
+                                 f"key group (was it written before key groups? read it with "
+                                 f"grouped=False)")
+    return data[GROUP_WIDTH:]
+
+
+def decode_key(data: bytes, what: str = "grouping key", *, grouped: bool = True
+               ) -> tuple[Any, ...]:
+    """The values of a stored grouping key; `grouped=False` reads a key without its key group
+    (the layout before key groups)."""
+    data = _strip_group(data, grouped, what)
     try:
         value = msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_key_ext_hook)
     except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
@@ -209,8 +231,10 @@ def decode_key(data: bytes, what: str = "grouping key") -> tuple[Any, ...]:
     return tuple(value)
 
 
-def split_map_key(data: bytes, what: str) -> tuple[tuple[Any, ...], Any]:
-    """(grouping key, user key) of a map state's stored key."""
+def split_map_key(data: bytes, what: str, *, grouped: bool = True
+                  ) -> tuple[tuple[Any, ...], Any]:
+    """(grouping key, user key) of a map state's stored key; `grouped` as in `decode_key`."""
+    data = _strip_group(data, grouped, f"state {what}")
     unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, use_list=False,
                                 ext_hook=_key_ext_hook)
     unpacker.feed(data)

@@ -27,8 +27,15 @@ from pyspark_dstl.backend.lineage.commit_entry import CommitEntry, OperatorCommi
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
 from pyspark_dstl.backend.ops.batch_metrics import UploadProgress, batch_metrics
 from pyspark_dstl.backend.ops.cleanup import cleanup_checkpoint
+from pyspark_dstl.backend.ops.key_groups import KEY_GROUPS, key_groups_in
 from pyspark_dstl.backend.spark.api.initial_state import InitialState
 from pyspark_dstl.backend.spark.api.processor import AnyProcessor
+from pyspark_dstl.backend.spark.codec.key_grouping import (
+    GROUP_COLUMN,
+    LAYOUT,
+    layout_extra,
+    routing_longs,
+)
 from pyspark_dstl.backend.spark.driver import query_lease as fencing
 from pyspark_dstl.backend.spark.driver import state_schemas
 from pyspark_dstl.backend.spark.driver.rescale import (
@@ -128,6 +135,7 @@ class StageResult:
     staged: StagedOutput | None = None  # outputMode "files": the committed attempts' files
     driver_bytes: int = 0  # Arrow bytes the stage's action brought to the driver
     key_types: list[str] = field(default_factory=list)
+    key_groups: int = KEY_GROUPS  # G of the batch's stored keys (its layout)
 
     @property
     def infos(self) -> dict[int, CheckpointInfo]:
@@ -320,7 +328,6 @@ class StatefulOperator:
 
     def execute(self, df: Any, batch_id: int, base: BatchBase | None = None) -> StageResult:
         """Run the stateful stage once; nothing is committed to the commit log yet."""
-        from pyspark.sql import functions as F
 
         started = time.monotonic()
         base = base if base is not None else self.base_for(batch_id)
@@ -328,14 +335,13 @@ class StatefulOperator:
         n = self.num_partitions(base, spark)
         key_types = self.key_types(base, df)
         base = self.rescaled(base, n, key_types)
-        keys = [F.col(name) for name in self.spec.key_columns]
+        key_groups = self._key_groups(base)
         source = df
         if self.spec.initial_state is not None and base.entry is None:
             source = self.spec.initial_state.combine(df, self.spec.key_columns)
-        keyed = (source.withColumn(PARTITION_COLUMN, F.pmod(F.hash(*keys), F.lit(n)))
-                 .repartition(n, *keys))
+        keyed = _routed(source, self.spec.key_columns, n, key_groups)
         clock = BatchClock.for_batch(self.spec.time, base.entry, self._batch_time(base, batch_id))
-        plan = self._task_plan(keyed, batch_id, n, base, clock)
+        plan = self._task_plan(keyed, batch_id, n, base, clock, key_types, key_groups)
         task = functools.partial(stateful_task, plan, self.spec.processor)
         stage = _run_stage(keyed.mapInArrow(task, _result_struct(self.spec.output_schema)),
                            self.conf.query.output_mode)
@@ -347,7 +353,8 @@ class StatefulOperator:
                                   output)
             output = None
         result = StageResult(batch_id, base, n, output, reports, time.monotonic() - started,
-                             stage.cached, clock, staged, stage.driver_bytes, key_types)
+                             stage.cached, clock, staged, stage.driver_bytes, key_types,
+                             key_groups)
         try:
             self.validate(result)
         except CommitValidationError:
@@ -355,8 +362,23 @@ class StatefulOperator:
             raise
         return result
 
+    def _key_groups(self, base: BatchBase) -> int:
+        """G of the checkpoint: as its newest entry records, KEY_GROUPS for a new one. State
+        stored before key groups is refused (it must be migrated first: its keys would not be
+        found)."""
+        if base.entry is None or self.spec.name not in base.entry.operators:
+            return KEY_GROUPS
+        recorded = key_groups_in(base.entry.extra)
+        if recorded is None:
+            raise CommitValidationError(
+                f"checkpoint {self.checkpoint!r}: batch {base.batch_id} stores grouping keys "
+                f"without their key group (written before key groups, its commit entry has "
+                f"no {LAYOUT!r}); migrate the checkpoint to the key group layout first")
+        return recorded
+
     def _task_plan(self, keyed: Any, batch_id: int, n: int, base: BatchBase,
-                   clock: BatchClock) -> TaskPlan:
+                   clock: BatchClock, key_types: list[str] | None = None,
+                   key_groups: int = KEY_GROUPS) -> TaskPlan:
         """What every task of the batch gets: plain data, shipped inside the task closure."""
         from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -372,7 +394,8 @@ class StatefulOperator:
             event_time_column=self.spec.time.event_time_column,
             late_threshold_ms=clock.late_threshold_ms,
             output_files=self.conf.query.output_mode == "files",
-            inline_bytes=self.conf.query.output_inline_bytes)
+            inline_bytes=self.conf.query.output_inline_bytes,
+            key_types=tuple(key_types or ()), key_groups=key_groups)
 
     def release(self, result: StageResult) -> None:
         """Let go of a batch's output once the batch is done (committed or given up): the
@@ -429,6 +452,7 @@ class StatefulOperator:
             result.batch_id,
             {self.spec.name: OperatorCommit(result.num_partitions, dict(result.infos))},
             extra={"key_columns": list(self.spec.key_columns), KEY_TYPES: result.key_types,
+                   **layout_extra(result.key_groups),
                    **({RESCALE: result.base.rescale} if result.base.rescale else {}),
                    "processor": type(self.spec.processor).__name__,
                    "output_schema": self.spec.output_schema.json(),
@@ -531,6 +555,21 @@ class _Stage:
     output: pa.Table | None = None
     cached: Any = None
     driver_bytes: int = 0
+
+
+def _routed(source: Any, key_columns: tuple[str, ...], n: int, key_groups: int) -> Any:
+    """`source` with each row's key group (GROUP_COLUMN, pmod(hash(keys), G)) and state
+    partition (PARTITION_COLUMN, the group's owner: group * n div G), repartitioned so that
+    every row lands in exactly that partition: repartition(n, e) sends a row to
+    pmod(hash(e), n), so e is a long chosen per partition to hash there (routing_longs)."""
+    from pyspark.sql import functions as F
+
+    group = F.pmod(F.hash(*[F.col(name) for name in key_columns]), F.lit(key_groups))
+    partition = F.expr(f"CAST((`{GROUP_COLUMN}` * {n}) div {key_groups} AS INT)")
+    routes = F.array(*[F.lit(value).cast("bigint") for value in routing_longs(n)])
+    return (source.withColumn(GROUP_COLUMN, group)
+            .withColumn(PARTITION_COLUMN, partition)
+            .repartition(n, F.element_at(routes, F.col(PARTITION_COLUMN) + 1)))
 
 
 def _run_stage(mapped: Any, mode: str) -> _Stage:

@@ -37,13 +37,13 @@ from pyspark_dstl.backend.lineage.commit_entry import CommitEntry, OperatorCommi
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
 from pyspark_dstl.backend.ops.key_groups import (
     KEY_GROUPS,
-    LAYOUT,
     check_partitions,
     key_groups_in,
 )
 from pyspark_dstl.backend.ops.range_rescale import rescale_ranges
 from pyspark_dstl.backend.ops.rescale import RescaleError, rescale_stores
 from pyspark_dstl.backend.options import BackendOptions, FencingOptions
+from pyspark_dstl.backend.spark.codec.key_grouping import layout_extra
 from pyspark_dstl.backend.spark.codec.key_routing import HashLayoutMigration, key_offset
 from pyspark_dstl.changelog.storage_service import ChangelogStorage
 
@@ -56,10 +56,6 @@ PARTITIONING = ("key group pmod(hash(key columns), key_groups); partition p of n
 def key_groups_of(entry: CommitEntry) -> int | None:
     """The entry's number of key groups; None for the hash layout (before key groups)."""
     return key_groups_in(entry.extra)
-
-
-def layout_record(key_groups: int) -> dict[str, Any]:
-    return {"key_groups": key_groups}
 
 
 def needs_rescale(entry: CommitEntry, operator: str, partitions: int) -> bool:
@@ -139,7 +135,7 @@ def rescaled_entry(entry: CommitEntry, operator: str, rescaled: Rescaled,
     operators = dict(entry.operators)
     operators[operator] = OperatorCommit(rescaled.record["to_partitions"], rescaled.infos)
     extra = {**entry.extra, RESCALE: rescaled.record,
-             LAYOUT: layout_record(int(rescaled.record["key_groups"]))}
+             **layout_extra(int(rescaled.record["key_groups"]))}
     if key_types:
         extra[KEY_TYPES] = list(key_types)
     return dataclasses.replace(entry, operators=operators, extra=extra, writer=None)

@@ -28,6 +28,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
 from pyspark_dstl.backend.lineage.naming import split_store_id
+from pyspark_dstl.backend.ops.key_groups import key_groups_in
 from pyspark_dstl.backend.options import BackendOptions
 from pyspark_dstl.backend.spark.codec.evolution import VersionedRowCodec
 from pyspark_dstl.backend.spark.codec.values import (
@@ -53,11 +54,13 @@ SETTINGS_OPTION = "settings"
 
 
 class StatePartition(InputPartition):
-    def __init__(self, partition: int, info: str, history: str | None = None) -> None:
+    def __init__(self, partition: int, info: str, history: str | None = None,
+                 grouped: bool = True) -> None:
         super().__init__(partition)
         self.partition = partition
         self.info = info
         self.history = history  # SchemaHistory JSON at the batch; None without schemas
+        self.grouped = grouped  # keys start with their key group (the entry records a layout)
 
 
 class DstlStateDataSource(DataSource):
@@ -117,7 +120,8 @@ class StateReader(DataSourceReader):
         if commit is None:
             raise ConfigError(f"dstl-state: batch {entry.batch_id} under {self.url!r} has no "
                               f"operator {self.operator!r} (has {sorted(entry.operators)})")
-        return [StatePartition(p, json.dumps(info.to_dict()), shipped)
+        grouped = key_groups_in(entry.extra) is not None
+        return [StatePartition(p, json.dumps(info.to_dict()), shipped, grouped)
                 for p, info in sorted(commit.stores.items())]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
@@ -134,7 +138,8 @@ class StateReader(DataSourceReader):
                                                                                 info)
                 try:
                     rows = [row for cf in store.column_families()
-                            for row in state_rows(number, cf, store.iterator(cf), readers)]
+                            for row in state_rows(number, cf, store.iterator(cf), readers,
+                                                  grouped=partition.grouped)]
                 finally:
                     store.abort()
         finally:
@@ -168,26 +173,27 @@ def _plain(value: Any) -> tuple[int | None, Any]:
 
 def state_rows(partition: int, cf: str, items: Iterator[tuple[bytes, bytes]],
                readers: Mapping[str, tuple[ValueReader, str]] | None = None,
-               ) -> Iterator[tuple[Any, ...]]:
-    """Rows of the reader's schema for one column family of a store."""
+               *, grouped: bool = True) -> Iterator[tuple[Any, ...]]:
+    """Rows of the reader's schema for one column family of a store; `grouped`: its keys
+    start with their key group (False: a batch written before key groups)."""
     kind, _, name = cf.partition("/")
     reader, shown_in = (readers or {}).get(name, (_plain, None))
     for key, raw in items:
         if kind == "value":
             stored, expires = decode_value_with_expiry(raw, name)
             schema_id, value = reader(stored)
-            yield (partition, name, kind, _json(list(decode_key(key, name))), None,
+            yield (partition, name, kind, _json(list(decode_key(key, name, grouped=grouped))), None,
                    _json(value), expires, schema_id, shown_in)
         elif kind == "list":
             elements = list(iter_elements(raw, name))
             expiries = [e.expires_at_ms for e in elements if isinstance(e, Expiring)]
             read = [reader(e.value if isinstance(e, Expiring) else e) for e in elements]
             ids = [i for i, _ in read if i is not None]
-            yield (partition, name, kind, _json(list(decode_key(key, name))), None,
+            yield (partition, name, kind, _json(list(decode_key(key, name, grouped=grouped))), None,
                    _json([v for _, v in read]), min(expiries) if expiries else None,
                    max(ids) if ids else None, shown_in)
         elif kind == "map":
-            group, user_key = split_map_key(key, name)
+            group, user_key = split_map_key(key, name, grouped=grouped)
             stored, expires = decode_value_with_expiry(raw, name)
             schema_id, value = reader(stored)
             yield (partition, name, kind, _json(list(group)), _json(user_key), _json(value),
@@ -195,8 +201,8 @@ def state_rows(partition: int, cf: str, items: Iterator[tuple[bytes, bytes]],
         elif cf == BY_EXPIRY_CF:
             return  # the same timers as timers/by_key, in expiry order
         elif cf == BY_KEY_CF:
-            group, expiry = decode_key(key[:-EXPIRY_WIDTH], "timer"), expiry_of(
-                key[-EXPIRY_WIDTH:])
+            group = decode_key(key[:-EXPIRY_WIDTH], "timer", grouped=grouped)
+            expiry = expiry_of(key[-EXPIRY_WIDTH:])
             yield (partition, "timers", "timer", _json(list(group)), None, _json(expiry), expiry,
                    None, None)
         else:

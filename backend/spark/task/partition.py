@@ -18,8 +18,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
+from pyspark_dstl.backend.ops.key_groups import KEY_GROUPS
 from pyspark_dstl.backend.spark.api import initial_state
 from pyspark_dstl.backend.spark.api.processor import AnyProcessor
+from pyspark_dstl.backend.spark.codec.key_grouping import KeyGrouping
 from pyspark_dstl.backend.spark.errors import PartitioningError
 from pyspark_dstl.backend.spark.task.failures import task_failure
 from pyspark_dstl.backend.spark.task.output_files import (
@@ -60,6 +62,13 @@ class TaskPlan:
     late_threshold_ms: int | None = None  # rows at or before it are late and dropped
     output_files: bool = False  # outputMode "files": write the output, return the meta only
     inline_bytes: int = 0  # outputMode "files": a smaller output comes with the meta row
+    key_types: tuple[str, ...] = ()  # the key columns' Spark types (simpleString)
+    key_groups: int = KEY_GROUPS  # G: keys are stored behind pmod(hash(keys), G)
+
+    @property
+    def grouping(self) -> KeyGrouping:
+        """Key groups of keys a processor passes itself (Spark computed the batch's)."""
+        return KeyGrouping(tuple(self.key_types), self.key_groups)
 
     @property
     def times(self) -> BatchTimes:
@@ -184,7 +193,7 @@ def _process_and_commit(plan: TaskPlan, processor: AnyProcessor, partition: int,
             result = run_processor(
                 processor, store, rows.table, plan.key_columns, plan.output_schema,
                 batch_id=plan.batch_id, partition_id=partition, times=plan.times,
-                initial_state=rows.initial)
+                initial_state=rows.initial, grouping=plan.grouping)
             clock.mark("processed")
             info = store.commit()
         except BaseException as exc:
@@ -230,7 +239,8 @@ def _result_batches(plan: TaskPlan, output: pa.Table, written: OutputPart | None
 
 
 def _own_rows(plan: TaskPlan, partition: int, batches: Iterator[pa.RecordBatch]) -> pa.Table:
-    """The task's rows without the partition column, after checking it owns every key."""
+    """The task's rows without the partition column, after checking it owns every key (the
+    key group column stays for KeyedBatch, which drops it before user code sees rows)."""
     table = pa.Table.from_batches(list(batches), schema=plan.input_schema)
     if table.num_rows:
         column = table.column(PARTITION_COLUMN)

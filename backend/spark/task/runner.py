@@ -23,6 +23,7 @@ from pyspark_dstl.backend.spark.api.processor import (
     VectorizedStatefulProcessor,
 )
 from pyspark_dstl.backend.spark.api.state import KeyContext
+from pyspark_dstl.backend.spark.codec.key_grouping import KeyGrouping
 from pyspark_dstl.backend.spark.codec.values import decode_key
 from pyspark_dstl.backend.spark.store_access import StoreAccess
 from pyspark_dstl.backend.spark.task.failures import note_key
@@ -60,21 +61,25 @@ class RunResult:
 def run_processor(processor: AnyProcessor, store: StoreAccess, table: pa.Table,
                   key_columns: tuple[str, ...], output_schema: pa.Schema, *, batch_id: int,
                   partition_id: int, times: BatchTimes,
-                  initial_state: pa.Table | None = None) -> RunResult:
-    """Output rows and counts of one partition's micro-batch."""
+                  initial_state: pa.Table | None = None,
+                  grouping: KeyGrouping | None = None) -> RunResult:
+    """Output rows and counts of one partition's micro-batch. Keys take their key group from
+    the stage's GROUP_COLUMN; `grouping` groups keys the processor passes itself (and the
+    keys of a table without that column)."""
     if not isinstance(processor, StatefulProcessor | VectorizedStatefulProcessor):
         raise TypeError(f"{type(processor).__name__} is neither a StatefulProcessor nor a "
                         f"VectorizedStatefulProcessor")
-    batch = KeyedBatch(table, key_columns)
+    batch = KeyedBatch(table, key_columns, grouping)
     context = KeyContext(times.now_ms, watermark_ms=times.watermark_ms,
-                         time_mode=times.time_mode)
+                         time_mode=times.time_mode, grouping=grouping)
     timers = TimerIndex(store)
     handle = StatefulProcessorHandle(store, context, batch_id, partition_id, timers)
     collector = OutputCollector(output_schema, getattr(processor, "display_name",
                                                        type(processor).__name__))
     processor.init(handle)
     if initial_state is not None:
-        _apply_initial_state(processor, context, KeyedBatch(initial_state, key_columns))
+        _apply_initial_state(processor, context, KeyedBatch(initial_state, key_columns,
+                                                                  grouping))
     if isinstance(processor, VectorizedStatefulProcessor):
         _collect(collector, processor.handle_batch(batch))
     else:
