@@ -3,20 +3,24 @@ partitions, and where a rescale changed it. `inspect` and `verify` print it."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pyspark_dstl.backend.errors import CommitLogError
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
 from pyspark_dstl.backend.ops.key_groups import key_groups_in
 
-HASH_LAYOUT = ("pmod(hash(key columns), partitions) (the hash layout, written before key "
-               "groups: migrated to key groups at the next start or rescale)")
+HASH = "pmod(hash(key columns), partitions)"
+HASH_LAYOUT = (f"{HASH} (the hash layout, written before key groups: migrated to key groups at "
+               f"the next start or rescale)")
 
 
-def partitioning(key_groups: int | None) -> str:
-    """How a batch's keys map to partitions, in words."""
+def partitioning(extra: Mapping[str, Any]) -> str:
+    """How a batch's keys map to partitions, in words (an entry of the Spark integration
+    without key groups is of the hash layout; other writers choose their own partitioning)."""
+    key_groups = key_groups_in(extra)
     if key_groups is None:
-        return HASH_LAYOUT
+        return HASH_LAYOUT if "key_columns" in extra else HASH
     return (f"{key_groups} key groups (pmod(hash(key columns), {key_groups})), each partition "
             f"owning a contiguous range")
 
@@ -41,7 +45,7 @@ def batch_layouts(log: CommitLog, problems: list[str]) -> list[dict[str, Any]]:
             "operators": {name: commit.num_partitions
                           for name, commit in sorted(entry.operators.items())},
             "key_groups": key_groups_in(entry.extra),
-            "partitioning": partitioning(key_groups_in(entry.extra)),
+            "partitioning": partitioning(entry.extra),
             "key_types": entry.extra.get("key_types"),
             "rescale": None if not isinstance(rescale, dict) else {
                 key: rescale.get(key) for key in ("from_partitions", "to_partitions", "mode",
