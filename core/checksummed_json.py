@@ -24,16 +24,23 @@ class RecordKind:
     description: str  # "commit log entry": line one of every error names it and the path
     magics: tuple[str, ...]  # accepted magics; the first is this kind's own
     body_field: str  # the document key holding the body ("entry", "body", "record")
-    format_version: int
+    format_version: int  # the newest version this release writes and reads
     error: type[Exception]
     max_bytes: int | None = None  # larger files are refused before parsing
+    first_version: int | None = None  # the oldest version read (default: format_version only)
 
-    def encode(self, body: Mapping[str, Any], magic: str | None = None) -> bytes:
-        """The document for `body` (under `magic`, by default this kind's own)."""
+    def encode(self, body: Mapping[str, Any], magic: str | None = None,
+               version: int | None = None) -> bytes:
+        """The document for `body` (under `magic`, by default this kind's own; as `version`,
+        by default the newest): a record older releases can read is written in their
+        version, one they must not read in a version they refuse."""
         chosen = magic if magic is not None else self.magics[0]
         if chosen not in self.magics:
             raise ValueError(f"magic {chosen!r} is not one of {sorted(self.magics)}")
-        document = {"magic": chosen, "format_version": self.format_version,
+        written = self.format_version if version is None else version
+        if written not in self.versions:
+            raise ValueError(f"format version {written} is not one of {list(self.versions)}")
+        document = {"magic": chosen, "format_version": written,
                     "checksum": checksum(body), self.body_field: dict(body)}
         return json.dumps(document, sort_keys=True, indent=1).encode()
 
@@ -51,14 +58,22 @@ class RecordKind:
         if not isinstance(magic, str) or magic not in self.magics:
             raise self.error(f"{where} lacks magic {self.magics[0]!r}")
         version = document.get("format_version")
-        if version != self.format_version:
+        if isinstance(version, bool) or version not in self.versions:
+            readable = ", ".join(str(v) for v in self.versions)
             raise self.error(f"{where} has unsupported format version {excerpt(version)}: "
-                             f"this release reads {self.format_version} (was it written by a "
-                             f"newer release?)")
+                             f"this release reads {readable} (was it written by a newer "
+                             f"release?)")
         body = document.get(self.body_field)
         if not isinstance(body, dict) or document.get("checksum") != checksum(body):
             raise self.error(f"{where} fails its checksum")
         return magic, body
+
+
+    @property
+    def versions(self) -> range:
+        """The format versions this release reads."""
+        first = self.format_version if self.first_version is None else self.first_version
+        return range(first, self.format_version + 1)
 
 
 def checksum(body: Mapping[str, Any]) -> str:

@@ -55,3 +55,15 @@ def test_a_record_larger_than_its_bound_is_refused_before_parsing() -> None:
 def test_encoding_under_a_foreign_magic_is_a_programming_error() -> None:
     with pytest.raises(ValueError, match="DSTL-ELSE"):
         KIND.encode({"a": 1}, "DSTL-ELSE")
+
+
+def test_a_kind_reads_every_version_from_its_first_and_writes_the_one_asked() -> None:
+    spanning = RecordKind("test record", ("DSTL-TEST",), "body", 4, BadRecord, first_version=3)
+    older = spanning.encode({"a": 1}, version=3)
+    assert json.loads(older)["format_version"] == 3
+    assert spanning.decode(older, "x/1") == ("DSTL-TEST", {"a": 1})
+    assert spanning.decode(spanning.encode({"a": 1}), "x/1") == ("DSTL-TEST", {"a": 1})
+    with pytest.raises(BadRecord, match="unsupported format version 4: this release reads 3"):
+        KIND.decode(spanning.encode({"a": 1}), "x/1")
+    with pytest.raises(ValueError, match="format version 2 is not one of"):
+        spanning.encode({"a": 1}, version=2)

@@ -19,9 +19,14 @@ from pyspark_dstl.core.errors import excerpt
 
 MAGIC = "DSTL-COMMIT"
 FENCE_MAGIC = "DSTL-FENCE"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+LAYOUT = "layout"
+"""The `extra` field of an entry whose stored keys carry their key group
+(backend/ops/key_groups.py). Such an entry is written as format version 2, which releases
+from before key groups refuse by name, instead of looking up keys they would not find; every
+other entry and fence is written as version 1, which every release reads."""
 RECORD = RecordKind("commit log entry", (MAGIC, FENCE_MAGIC), "entry", FORMAT_VERSION,
-                    CommitLogCorruptError)
+                    CommitLogCorruptError, first_version=1)
 
 
 @dataclass(frozen=True)
@@ -113,11 +118,11 @@ class Fence:
 
 
 def encode_fence(fence: Fence) -> bytes:
-    return RECORD.encode(fence.to_dict(), FENCE_MAGIC)
+    return RECORD.encode(fence.to_dict(), FENCE_MAGIC, version=1)
 
 
 def encode_entry(entry: CommitEntry) -> bytes:
-    return RECORD.encode(entry.to_dict(), MAGIC)
+    return RECORD.encode(entry.to_dict(), MAGIC, version=2 if LAYOUT in entry.extra else 1)
 
 
 def decode_entry(data: bytes, path: str) -> CommitEntry:

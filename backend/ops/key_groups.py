@@ -16,10 +16,11 @@ from typing import Any
 
 import numpy as np
 
+from pyspark_dstl.backend.lineage.commit_entry import LAYOUT  # extra: {"key_groups": G}
+
 KEY_GROUPS = 4096  # the number of key groups of a new checkpoint; at most this many partitions
 GROUP_WIDTH = 2  # bytes of the big-endian key group in front of a stored grouping key
 MAX_KEY_GROUPS = 1 << (8 * GROUP_WIDTH)
-LAYOUT = "layout"  # commit entry extra of the key-group layout: {"key_groups": G}
 
 
 def key_groups_in(extra: Mapping[str, Any]) -> int | None:
