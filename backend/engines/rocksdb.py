@@ -256,9 +256,9 @@ class RocksDBEngine(Engine):
 
     def ingest_sorted(self, chunks: Iterable[tuple[list[bytes], list[bytes]]],
                       scratch: str) -> int:
-        """One SstFileWriter file, moved into the DB by ingest_external_file: measured by
-        benchmarks/rescale_ranges.py against WriteBatches for a rescale's copied shares,
-        4 -> 6 partitions at 1e7 keys, copy + flush 1.7 s against 4.8 s (at 1e6, even)."""
+        """One SstFileWriter file, moved into the DB by ingest_external_file: measured against
+        WriteBatches for a rescale's copied shares, 4 -> 6 partitions at 1e7 keys, copy +
+        flush 1.7 s against 4.8 s (at 1e6, even)."""
         writer = SstFileWriter(self._settings.options())
         count = 0
         try:
