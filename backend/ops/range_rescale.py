@@ -20,9 +20,8 @@ checkpoint until the caller writes the commit entry; a kill at any point leaves 
 whole and only files of the dead attempt, which cleanup removes.
 
 An offset-0 share is copied as one SST file ingested whole (SstFileWriter +
-ingest_external_file): benchmarks/rescale_ranges.py measured it against WriteBatches, 4 -> 6
-partitions at 1e7 keys, copy + flush 1.7 s against 4.8 s (even at 1e6; the recorded results
-in benchmarks/results/rescale_ranges*.json). Offset-8 shares (timers: few) go by WriteBatch.
+ingest_external_file): measured against WriteBatches, 4 -> 6 partitions at 1e7 keys, copy +
+flush 1.7 s against 4.8 s (even at 1e6). Offset-8 shares (the timer index) go by WriteBatch.
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pyspark_dstl.backend.lineage import commit_entry
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
 from pyspark_dstl.backend.options import BackendOptions
 from pyspark_dstl.changelog import format as changelog_format
@@ -167,11 +168,11 @@ def wrong_magic(kind: str) -> Corrupt:
 
 
 def future_version(kind: str) -> Corrupt:
-    """Otherwise intact bytes that claim the next format version."""
+    """Otherwise intact bytes that claim the format version after this release's newest."""
     def damage(data: bytes, rng: random.Random) -> bytes:
         if kind == "commit_log":
             document = json.loads(data)
-            document["format_version"] += 1
+            document["format_version"] = commit_entry.FORMAT_VERSION + 1
             return json.dumps(document, sort_keys=True, indent=1).encode()
         if kind == "changelog":
             return data[:8] + struct.pack(">H", changelog_format.FORMAT_VERSION + 1) + data[10:]
