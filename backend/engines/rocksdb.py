@@ -221,25 +221,15 @@ class RocksDBEngine(Engine):
     def scan_chunks(self, prefix: bytes, size: int) -> Iterator[list[tuple[bytes, bytes]]]:
         """Chunks taken from rocksdict's items() bounded above by the prefix's end: the items
         come from Rust a chunk at a time (about 8x the speed of scan() for 100-byte values)."""
-        options = ReadOptions()
-        upper = _prefix_end(prefix)
-        if upper is not None:
-            options.set_iterate_upper_bound(upper)
-        items = self._db.items(from_key=prefix, read_opt=options)
-        try:
-            while True:
-                chunk: list[tuple[bytes, bytes]] = list(islice(items, size))  # type: ignore[arg-type]
-                if not chunk:
-                    return
-                yield chunk
-        finally:
-            del items  # a live iterator keeps the DB lock after close()
+        yield from self.range_chunks(prefix, _prefix_end(prefix), size)
 
-    def range_chunks(self, start: bytes, end: bytes,
+    def range_chunks(self, start: bytes, end: bytes | None,
                      size: int) -> Iterator[list[tuple[bytes, bytes]]]:
-        """Chunks of rocksdict's items() from `start`, bounded above by `end` in RocksDB."""
+        """Chunks of rocksdict's items() from `start`, bounded above by `end` in RocksDB (no
+        bound when None)."""
         options = ReadOptions()
-        options.set_iterate_upper_bound(end)
+        if end is not None:
+            options.set_iterate_upper_bound(end)
         items = self._db.items(from_key=start, read_opt=options)
         try:
             while True:
