@@ -224,6 +224,18 @@ def test_the_switch_rescales_when_shuffle_partitions_change(dropin: Any, tmp_pat
             {user: model[user] for user in set(frames[batch_id]["user"])}
 
 
+def test_more_partitions_than_key_groups_are_refused_before_any_batch(spark: Any,
+                                                                      tmp_path: Path) -> None:
+    from pyspark_dstl.backend.spark import PartitionCountError
+
+    frames = make_batches(1, rows=20, keys=5, seed=27)
+    with pytest.raises(PartitionCountError, match=r"4097 state partitions.*1\.\.4096"):
+        count_stream(spark, frames[0], tmp_path / "ckpt", 4097).run_batch(
+            batch_frame(spark, frames[0]), 0)
+    assert not (tmp_path / "ckpt" / "commits").exists() or \
+        not any((tmp_path / "ckpt" / "commits").iterdir())
+
+
 def test_a_query_with_other_key_column_types_is_refused_naming_them(spark: Any,
                                                                    tmp_path: Path) -> None:
     from pyspark_dstl.backend.spark import PartitionCountError

@@ -333,6 +333,7 @@ class StatefulOperator:
         base = base if base is not None else self.base_for(batch_id)
         spark = df.sparkSession
         n = self.num_partitions(base, spark)
+        self._check_partitions(base, n)
         key_types = self.key_types(base, df)
         base = self.rescaled(base, n, key_types)
         key_groups = self._key_groups(base)
@@ -361,6 +362,16 @@ class StatefulOperator:
             self.release(result)
             raise
         return result
+
+    def _check_partitions(self, base: BatchBase, n: int) -> None:
+        """At most one partition per key group: a partition owning none would hold nothing."""
+        limit = (key_groups_in(base.entry.extra) if base.entry is not None else None) \
+            or KEY_GROUPS
+        if not 1 <= n <= limit:
+            raise PartitionCountError(
+                f"checkpoint {self.checkpoint!r}: {n} state partitions, but its keys hash into "
+                f"{limit} key groups: set partitions= (or spark.sql.shuffle.partitions for "
+                f"the drop-in switch) to 1..{limit}")
 
     def _key_groups(self, base: BatchBase) -> int:
         """G of the checkpoint: as its newest entry records, KEY_GROUPS for a new one. State
