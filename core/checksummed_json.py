@@ -68,7 +68,6 @@ class RecordKind:
             raise self.error(f"{where} fails its checksum")
         return magic, body
 
-
     @property
     def versions(self) -> range:
         """The format versions this release reads."""

@@ -98,8 +98,8 @@ def test_chunked_reads_of_a_column_family_return_what_its_iterator_returns(
 
 
 def test_the_end_of_a_key_prefix_is_the_next_key_above_all_it_starts() -> None:
-    from pyspark_dstl.backend.engines.rocksdb import _prefix_end
+    from pyspark_dstl.backend.engines.records import prefix_end
 
-    assert _prefix_end(b"value/a\x00") == b"value/a\x01"
-    assert _prefix_end(b"a\xff\xff") == b"b"
-    assert _prefix_end(b"\xff") is None
+    assert prefix_end(b"value/a\x00") == b"value/a\x01"
+    assert prefix_end(b"a\xff\xff") == b"b"
+    assert prefix_end(b"\xff") is None

@@ -56,6 +56,14 @@ def check_cf(cf: str) -> str:
 _PREFIXES: dict[str, bytes] = {}
 
 
+def prefix_end(prefix: bytes) -> bytes | None:
+    """The smallest key above every key starting with `prefix`; None when there is none."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
 def cf_prefix(cf: str) -> bytes:
     """Cached: every key a store reads, writes or replays needs it (benchmarks/write_path)."""
     prefix = _PREFIXES.get(cf) if type(cf) is str else None

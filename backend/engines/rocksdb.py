@@ -26,7 +26,7 @@ from rocksdict import (
 
 from pyspark_dstl.backend.engines.base import BlockWrite, Engine, TableWrite, Write
 from pyspark_dstl.backend.engines.columns import sorted_puts
-from pyspark_dstl.backend.engines.records import cf_prefix
+from pyspark_dstl.backend.engines.records import cf_prefix, prefix_end
 from pyspark_dstl.backend.errors import BackendError, CorruptCheckpointError
 
 if TYPE_CHECKING:
@@ -221,7 +221,7 @@ class RocksDBEngine(Engine):
     def scan_chunks(self, prefix: bytes, size: int) -> Iterator[list[tuple[bytes, bytes]]]:
         """Chunks taken from rocksdict's items() bounded above by the prefix's end: the items
         come from Rust a chunk at a time (about 8x the speed of scan() for 100-byte values)."""
-        yield from self.range_chunks(prefix, _prefix_end(prefix), size)
+        yield from self.range_chunks(prefix, prefix_end(prefix), size)
 
     def range_chunks(self, start: bytes, end: bytes | None,
                      size: int) -> Iterator[list[tuple[bytes, bytes]]]:
@@ -313,14 +313,6 @@ class RocksDBEngine(Engine):
 
     def close(self) -> None:
         self._db.close()
-
-
-def _prefix_end(prefix: bytes) -> bytes | None:
-    """The smallest key above every key starting with `prefix`; None when there is none."""
-    stripped = prefix.rstrip(b"\xff")
-    if not stripped:
-        return None
-    return stripped[:-1] + bytes([stripped[-1] + 1])
 
 
 def remove_db_dir(path: str) -> None:

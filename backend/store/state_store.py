@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from pyspark_dstl.backend.engines.records import DEFAULT_CF, VersionMarker, cf_prefix
+from pyspark_dstl.backend.engines.records import DEFAULT_CF, VersionMarker, cf_prefix, prefix_end
 from pyspark_dstl.backend.errors import StateStoreClosedError
 from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
 from pyspark_dstl.backend.store.api import BytesColumn, StateStore, bytes_column
@@ -380,7 +380,10 @@ class ChangelogStateStore(StateStore):
 
 
 def _physical_end(cf: str, end: bytes | None) -> bytes:
-    """The stored key ending keys below `end` of `cf`; None: past every key of `cf` (its
-    prefix with the separator byte raised by one)."""
+    """The stored key ending keys below `end` of `cf`; None: past every key of `cf`."""
     prefix = cf_prefix(cf)
-    return prefix + end if end is not None else prefix[:-1] + bytes([prefix[-1] + 1])
+    if end is not None:
+        return prefix + end
+    past = prefix_end(prefix)
+    assert past is not None  # a column family's prefix ends in the separator, never 0xff
+    return past
