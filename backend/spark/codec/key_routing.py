@@ -19,7 +19,8 @@ import msgpack
 import numpy as np
 
 from pyspark_dstl.backend.ops.key_groups import GROUP_WIDTH, check_partitions, group_bytes, owner
-from pyspark_dstl.backend.spark.codec.spark_hash import check_key_types, hash_longs, spark_hash
+from pyspark_dstl.backend.spark.codec.key_grouping import KeyGrouping
+from pyspark_dstl.backend.spark.codec.spark_hash import check_key_types, hash_longs
 from pyspark_dstl.backend.spark.codec.values import _key_ext_hook
 from pyspark_dstl.backend.spark.errors import StateDecodingError
 from pyspark_dstl.backend.spark.time.timers import BY_EXPIRY_CF, EXPIRY_WIDTH
@@ -54,10 +55,10 @@ class HashLayoutMigration:
 
     def __init__(self, key_types: Sequence[str], partitions: int, key_groups: int) -> None:
         check_partitions(partitions, key_groups)
-        self.key_types = check_key_types(key_types)
+        self.grouping = KeyGrouping(check_key_types(key_types), key_groups)
         self.partitions = partitions
         self.key_groups = key_groups
-        self._numpy = self.key_types == ("bigint",)  # one long key: hashed in numpy
+        self._numpy = self.grouping.key_types == ("bigint",)  # one long key: decoded in numpy
 
     def groups(self, cf: str, keys: Sequence[bytes]) -> np.ndarray:
         """The key group of every stored key of `cf` (hash layout)."""
@@ -65,8 +66,7 @@ class HashLayoutMigration:
             values = single_ints(keys, key_offset(cf))
             if values is not None:
                 return hash_longs(values).astype(np.int64) % self.key_groups
-        return np.array([spark_hash(grouping_key(cf, key, grouped=False), self.key_types)
-                         for key in keys], dtype=np.int64) % self.key_groups
+        return self.grouping.groups_of([grouping_key(cf, key, grouped=False) for key in keys])
 
     def __call__(self, cf: str, keys: Sequence[bytes]) -> tuple[np.ndarray, list[bytes]]:
         groups = self.groups(cf, keys)
