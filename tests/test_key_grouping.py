@@ -8,12 +8,11 @@ import pyarrow as pa
 import pytest
 
 from pyspark_dstl.backend.lineage.commit_entry import CommitEntry, OperatorCommit
-from pyspark_dstl.backend.ops.key_groups import KEY_GROUPS, key_groups_in
+from pyspark_dstl.backend.ops.key_groups import KEY_GROUPS, key_groups_in, layout_extra
 from pyspark_dstl.backend.spark.codec.key_grouping import (
     GROUP_COLUMN,
     KeyGrouping,
     group_prefixes,
-    layout_extra,
     routing_longs,
     with_group_column,
 )

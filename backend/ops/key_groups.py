@@ -23,6 +23,11 @@ GROUP_WIDTH = 2  # bytes of the big-endian key group in front of a stored groupi
 MAX_KEY_GROUPS = 1 << (8 * GROUP_WIDTH)
 
 
+def layout_extra(key_groups: int) -> dict[str, Any]:
+    """The commit entry extra of a batch whose stored keys carry their key group."""
+    return {LAYOUT: {"key_groups": key_groups}}
+
+
 def key_groups_in(extra: Mapping[str, Any]) -> int | None:
     """The key groups a commit entry's `extra` records; None for the hash layout (keys
     without groups, each in partition pmod(hash, n): written before key groups existed)."""

@@ -18,17 +18,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from pyspark_dstl.backend.ops.key_groups import GROUP_WIDTH, LAYOUT, MAX_KEY_GROUPS
+from pyspark_dstl.backend.ops.key_groups import GROUP_WIDTH, MAX_KEY_GROUPS
 from pyspark_dstl.backend.spark.codec.spark_hash import hash_longs, spark_hash
 from pyspark_dstl.backend.spark.codec.values import encode_key
 from pyspark_dstl.backend.spark.errors import PartitioningError
 
 GROUP_COLUMN = "__dstl_key_group"  # the stage's column: pmod(hash(key columns), G), an int
-def layout_extra(key_groups: int) -> dict[str, Any]:
-    """The commit entry extra of a batch whose stored keys carry their key group."""
-    return {LAYOUT: {"key_groups": key_groups}}
-
-
 @dataclass(frozen=True)
 class KeyGrouping:
     """Spark's key group of grouping keys given as tuples, and their stored bytes. Any key

@@ -27,13 +27,11 @@ from pyspark_dstl.backend.lineage.commit_entry import CommitEntry, OperatorCommi
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
 from pyspark_dstl.backend.ops.batch_metrics import UploadProgress, batch_metrics
 from pyspark_dstl.backend.ops.cleanup import cleanup_checkpoint
-from pyspark_dstl.backend.ops.key_groups import KEY_GROUPS, key_groups_in
+from pyspark_dstl.backend.ops.key_groups import KEY_GROUPS, LAYOUT, key_groups_in, layout_extra
 from pyspark_dstl.backend.spark.api.initial_state import InitialState
 from pyspark_dstl.backend.spark.api.processor import AnyProcessor
 from pyspark_dstl.backend.spark.codec.key_grouping import (
     GROUP_COLUMN,
-    LAYOUT,
-    layout_extra,
     routing_longs,
 )
 from pyspark_dstl.backend.spark.driver import query_lease as fencing
@@ -41,7 +39,6 @@ from pyspark_dstl.backend.spark.driver import state_schemas
 from pyspark_dstl.backend.spark.driver.rescale import (
     KEY_TYPES,
     RESCALE,
-    key_groups_of,
     needs_rescale,
     rescale_in_child,
     rescaled_entry,
@@ -308,7 +305,7 @@ class StatefulOperator:
         commit entry until this batch's)."""
         if base.entry is None or not needs_rescale(base.entry, self.spec.name, n):
             return base
-        migrating = key_groups_of(base.entry) is None
+        migrating = key_groups_in(base.entry.extra) is None
         what = ("migrate the state of batch {b} to key groups over {n} partitions" if migrating
                 else "rescale the state of batch {b} to {n} partitions")
         fencing.hold(self).check(what.format(b=base.batch_id, n=n))

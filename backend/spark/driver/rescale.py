@@ -39,32 +39,24 @@ from pyspark_dstl.backend.ops.key_groups import (
     KEY_GROUPS,
     check_partitions,
     key_groups_in,
+    layout_extra,
 )
+from pyspark_dstl.backend.ops.layout import partitioning
 from pyspark_dstl.backend.ops.range_rescale import rescale_ranges
 from pyspark_dstl.backend.ops.rescale import RescaleError, rescale_stores
 from pyspark_dstl.backend.options import BackendOptions, FencingOptions
-from pyspark_dstl.backend.spark.codec.key_grouping import layout_extra
 from pyspark_dstl.backend.spark.codec.key_routing import HashLayoutMigration, key_offset
 from pyspark_dstl.changelog.storage_service import ChangelogStorage
 
 KEY_TYPES = "key_types"  # commit entry extra: the key columns' Spark types, in order
 RESCALE = "rescale"  # commit entry extra: what the rescale that made this layout did
-PARTITIONING = ("key group pmod(hash(key columns), key_groups); partition p of n owns the "
-                "groups [ceil(p*key_groups/n), ceil((p+1)*key_groups/n))")
-
-
-def key_groups_of(entry: CommitEntry) -> int | None:
-    """The entry's number of key groups; None for the hash layout (before key groups)."""
-    return key_groups_in(entry.extra)
-
-
 def needs_rescale(entry: CommitEntry, operator: str, partitions: int) -> bool:
     """Whether `entry`'s state of `operator` must move before a batch on `partitions` runs:
     another partition count, or the hash layout (migrated once)."""
     if operator not in entry.operators:
         return False
     return (entry.operators[operator].num_partitions != partitions
-            or key_groups_of(entry) is None)
+            or key_groups_in(entry.extra) is None)
 
 
 @dataclass(frozen=True)
@@ -80,7 +72,7 @@ def recorded_key_types(entry: CommitEntry, url: str) -> tuple[str, ...]:
     range rescale decodes no key), so an entry of key groups may lack them."""
     types = entry.extra.get(KEY_TYPES)
     if not types:
-        if key_groups_of(entry) is not None:
+        if key_groups_in(entry.extra) is not None:
             return ()
         raise RescaleError(
             f"checkpoint {url!r}: batch {entry.batch_id}'s commit entry does not record the "
@@ -108,7 +100,7 @@ def rescale(options: BackendOptions, url: str, entry: CommitEntry, operator: str
     """The stores of `entry`'s operator, redistributed over `partitions` in key groups (in
     this process): ranges moved, or, from the hash layout, every key migrated."""
     commit = entry.operators[operator]
-    groups = key_groups_of(entry)
+    groups = key_groups_in(entry.extra)
     try:
         check_partitions(partitions, groups or KEY_GROUPS)
     except ValueError as exc:
@@ -123,7 +115,8 @@ def rescale(options: BackendOptions, url: str, entry: CommitEntry, operator: str
                                       groups, key_offset)
         method = "ranges of key groups"
     record = {"batch_id": entry.batch_id, "from_partitions": commit.num_partitions,
-              "to_partitions": partitions, "partitioning": PARTITIONING, "key_groups": groups,
+              "to_partitions": partitions, "partitioning": partitioning(layout_extra(groups)),
+              "key_groups": groups,
               "method": method, "migration": method.startswith("keys"), "mode": mode,
               **stats.to_dict()}
     return Rescaled(infos, record)
@@ -159,7 +152,7 @@ def rescale_offline(storage: ChangelogStorage, options: BackendOptions,
         name = operator_of(entry, url, operator)
         if not needs_rescale(entry, name, partitions):
             return {"changed": False, "batch_id": batch_id, "partitions": partitions,
-                    "operator": name, "key_groups": key_groups_of(entry)}
+                    "operator": name, "key_groups": key_groups_in(entry.extra)}
         types = tuple(key_types) if key_types else recorded_key_types(entry, url)
         rescaled = rescale(options, url, entry, name, partitions, types, "offline")
         path = log.write(batch_id, rescaled_entry(entry, name, rescaled, types), lease=lease,
