@@ -1,16 +1,16 @@
 """The state store: providers and stores in Spark's shape, V2 lineage, commit, cleanup.
 
-    from pyspark_dstl.backend import BackendOptions, StateBackend
+    from pyspark_dstl.backend import BackendSettings, StateBackend
 
-    with StateBackend(BackendOptions()) as backend:
+    with StateBackend(BackendSettings()) as backend:
         store = backend.provider("file:///tmp/ckpt", "op", 0).get_store(0)
         store.put(b"k", b"v")
-        info = store.commit()          # a CheckpointInfo: exactly what a checkpoint records
+        info = store.commit()          # a StoreCommit: exactly what a checkpoint records
 
-Streaming queries use `pyspark_dstl.backend.spark` (or the `pyspark_dstl` facade).
+Streaming queries use `pyspark_dstl.spark` (or the `pyspark_dstl` facade).
 """
 
-from pyspark_dstl.backend.errors import (
+from pyspark_dstl.backend.backend_errors import (
     BackendError,
     CommitLogCorruptError,
     CommitLogError,
@@ -21,19 +21,18 @@ from pyspark_dstl.backend.errors import (
     StoreIdError,
     StoreLockedError,
 )
-from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
+from pyspark_dstl.backend.backend_settings import BackendSettings
 from pyspark_dstl.backend.lineage.commit_entry import CommitEntry, OperatorCommit
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
+from pyspark_dstl.backend.lineage.store_commit import StoreCommit
 from pyspark_dstl.backend.ops.cleanup import CleanupReport, cleanup_checkpoint
-from pyspark_dstl.backend.options import BackendOptions
 from pyspark_dstl.backend.store.api import StateStore, StateStoreProvider
 from pyspark_dstl.backend.store.registry import load_provider_class
 from pyspark_dstl.backend.store.state_backend import StateBackend
 
 __all__ = [
     "BackendError",
-    "BackendOptions",
-    "CheckpointInfo",
+    "BackendSettings",
     "CleanupReport",
     "CommitEntry",
     "CommitLog",
@@ -47,6 +46,7 @@ __all__ = [
     "StateStore",
     "StateStoreClosedError",
     "StateStoreProvider",
+    "StoreCommit",
     "StoreIdError",
     "StoreLockedError",
     "cleanup_checkpoint",

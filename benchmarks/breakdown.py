@@ -32,7 +32,7 @@ from typing import Any
 from benchmarks import spark_e2e, spark_timers
 from benchmarks.harness import Report, chosen_modes, parse_args, scratch
 from benchmarks.spark_ui import UI_SETTINGS, Job, SparkUi, tagged_stages
-from pyspark_dstl.backend.spark.driver.progress import PROGRESS_LOGGER
+from pyspark_dstl.spark.driver.progress import PROGRESS_LOGGER
 
 NAME = "breakdown"
 WORKLOADS = {"small": "keyed count, 10 files x 50,000 rows, 100,000 keys",

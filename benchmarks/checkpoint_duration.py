@@ -37,13 +37,13 @@ from benchmarks.workload import (
     rocksdb_settings,
     write_raw,
 )
-from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
+from pyspark_dstl.backend.lineage.store_commit import StoreCommit
 from pyspark_dstl.backend.store.state_backend import StateBackend
-from pyspark_dstl.changelog.options import ChangelogOptions
-from pyspark_dstl.changelog.storage_service import ChangelogStorage
-from pyspark_dstl.materializer.handle import SnapshotRequest
+from pyspark_dstl.changelog.changelog_service import ChangelogService
+from pyspark_dstl.changelog.changelog_settings import ChangelogSettings
+from pyspark_dstl.materializer.materialized_handle import SnapshotRequest
 from pyspark_dstl.materializer.materializer import Materializer
-from pyspark_dstl.materializer.options import MaterializerOptions
+from pyspark_dstl.materializer.materializer_settings import MaterializerSettings
 
 NAME = "checkpoint_duration"
 MODES = ("changelog", "changelog_in_commit", "incremental", "full")
@@ -62,7 +62,7 @@ class Target:
 
     kind: str
     url: str
-    options: ChangelogOptions
+    options: ChangelogSettings
 
 
 @dataclass
@@ -131,7 +131,7 @@ def run_changelog(target: Target, workload: Workload, checkpoints: int,
     return result
 
 
-def _new_changelog_bytes(old: CheckpointInfo, new: CheckpointInfo) -> int:
+def _new_changelog_bytes(old: StoreCommit, new: StoreCommit) -> int:
     """Bytes of changelog this commit made durable (segments the previous one did not have)."""
     known = set(old.changelog.paths)
     return sum(s.length for s in new.changelog.segments if s.path not in known)
@@ -144,8 +144,8 @@ def run_snapshots(mode: str, target: Target, workload: Workload, checkpoints: in
                   work: Path) -> ModeResult:
     """(b) when mode == "incremental", (c) when mode == "full"."""
     result = ModeResult(mode)
-    storage = ChangelogStorage(target.url, target.options)
-    materializer = Materializer(storage, MaterializerOptions(interval=None,
+    storage = ChangelogService(target.url, target.options)
+    materializer = Materializer(storage, MaterializerSettings(interval=None,
                                                              every_n_commits=None),
                                 str(work / "materializer"))
     store_id = f"{OPERATOR}/0"
@@ -217,7 +217,7 @@ def run_size(report: Report, args: argparse.Namespace, storage_kind: str, size: 
 
 def make_target(kind: str, work: Path, s3: S3Harness | None) -> Target:
     if kind == "file":
-        return Target("file", file_url(work / "remote"), ChangelogOptions())
+        return Target("file", file_url(work / "remote"), ChangelogSettings())
     assert s3 is not None
     return Target("s3", s3.new_root("ckpt"), s3.options())
 

@@ -1,6 +1,6 @@
 """Benchmark 2: hedged uploads against a heavy-tailed S3, hedging off vs on, side by side.
 
-Two ChangelogStorage instances (hedging off, hedging on) write to two buckets behind the same
+Two ChangelogService instances (hedging off, hedging on) write to two buckets behind the same
 proxy; persists alternate between them, so both see the same latency model and the same
 machine noise. Each persist appends one payload and waits for its handle.
 
@@ -20,7 +20,7 @@ from benchmarks.harness import Report, parse_args, plan_of, profiled, ratio, sum
 from benchmarks.latency import LatencyModel
 from benchmarks.plots import cdf_plot
 from benchmarks.s3 import S3Harness
-from pyspark_dstl.changelog.storage_service import ChangelogStorage
+from pyspark_dstl.changelog.changelog_service import ChangelogService
 from pyspark_dstl.changelog.writer import ChangelogWriter
 
 NAME = "hedging"
@@ -40,7 +40,7 @@ class Side:
     """One configuration: its storage, writer, bucket and the latencies of its persists."""
 
     mode: str
-    storage: ChangelogStorage
+    storage: ChangelogService
     writer: ChangelogWriter
     bucket_path: str
     latencies: list[float] = field(default_factory=list)
@@ -110,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 def open_side(s3: S3Harness, mode: str) -> Side:
     url = s3.new_root(f"hedge-{mode}")
-    storage = ChangelogStorage(url, s3.options(**MODES[mode]))
+    storage = ChangelogService(url, s3.options(**MODES[mode]))
     writer = storage.create_writer(f"log-{mode}")
     bucket = url.split("/")[2]
     return Side(mode, storage, writer, f"/{bucket}/")

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from pyspark_dstl.backend.spark import StatefulProcessorHandle, VectorizedStatefulProcessor
+from pyspark_dstl.spark import StatefulProcessorHandle, VectorizedStatefulProcessor
 
 INPUT_SCHEMA = "user string, v long"
 OUTPUT_SCHEMA = "user string, v long, count long"

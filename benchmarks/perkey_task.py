@@ -1,7 +1,7 @@
 """Where one task of the per-key keyed count spends its time per key, measured without Spark.
 
 Benchmark 6's per-key variant (benchmarks/spark_jobs.py PerKeyCount) runs, per partition and
-batch, the task runner (backend/spark/task/runner.py run_processor) over one partition's rows.
+batch, the task runner (spark/stage/runner.py run_processor) over one partition's rows.
 This drives that runner alone on the backend's RocksDB store on file://: a store holding
 `store_keys` counts, then batches of `rows` rows over keys drawn uniformly from the stored
 ones (so most keys of a batch are distinct and every one has a stored value), committed one
@@ -28,16 +28,16 @@ import pyarrow as pa
 from benchmarks.harness import Report, parse_args, plan_of, profiled, scratch
 from benchmarks.spark_jobs import PerKeyCount, VectorizedCount
 from benchmarks.step_clock import StepClock
-from pyspark_dstl.backend.ops.key_groups import KEY_GROUPS
-from pyspark_dstl.backend.options import BackendOptions
-from pyspark_dstl.backend.spark.api.grouping import KeyedBatch
-from pyspark_dstl.backend.spark.api.processor import StatefulProcessor
-from pyspark_dstl.backend.spark.api.state import ValueState
-from pyspark_dstl.backend.spark.codec.key_grouping import KeyGrouping, with_group_column
-from pyspark_dstl.backend.spark.task.output import OutputCollector
-from pyspark_dstl.backend.spark.task.runner import BatchTimes, run_processor
+from pyspark_dstl.backend.backend_settings import BackendSettings
+from pyspark_dstl.backend.rescale.key_groups import KEY_GROUPS
 from pyspark_dstl.backend.store.state_backend import StateBackend
 from pyspark_dstl.backend.store.state_store import ChangelogStateStore
+from pyspark_dstl.spark.keys.key_grouping import KeyGrouping, with_group_column
+from pyspark_dstl.spark.keys.keyed_batch import KeyedBatch
+from pyspark_dstl.spark.processors.processor import StatefulProcessor
+from pyspark_dstl.spark.processors.state_variables import ValueState
+from pyspark_dstl.spark.stage.output import OutputCollector
+from pyspark_dstl.spark.stage.runner import BatchTimes, run_processor
 
 NAME = "perkey_task"
 FULL: dict[str, Any] = {"store_keys": 250_000, "rows": 50_000, "rounds": 5}
@@ -118,7 +118,7 @@ def measure(plan: dict[str, Any], work: Path, seed: int) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
     store_keys = plan["store_keys"]
     counts = np.ones(store_keys, dtype=np.int64)
-    backend = StateBackend(BackendOptions.from_conf(
+    backend = StateBackend(BackendSettings.from_mapping(
         {"spark.dstl.stateStore.localDir": str(work / "local")}))
     rounds: list[dict[str, Any]] = []
     try:

@@ -23,16 +23,16 @@ from benchmarks.latency import LatencyModel
 from benchmarks.plots import bar_plot
 from benchmarks.s3 import S3Harness
 from benchmarks.workload import OPERATOR, Workload, backend_options, file_url, load_store
-from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
+from pyspark_dstl.backend.lineage.store_commit import StoreCommit
 from pyspark_dstl.backend.store.state_backend import StateBackend
-from pyspark_dstl.changelog.options import ChangelogOptions
-from pyspark_dstl.materializer.options import MaterializerOptions
+from pyspark_dstl.changelog.changelog_settings import ChangelogSettings
+from pyspark_dstl.materializer.materializer_settings import MaterializerSettings
 
 NAME = "recovery"
 FULL: dict[str, Any] = {"keys": 1_000_000, "lengths": [0, 10, 100], "rounds": 5}
 QUICK: dict[str, Any] = {"keys": 5_000, "lengths": [0, 2, 5], "rounds": 2}
 S3_LATENCY = LatencyModel(first_byte_median=0.020, first_byte_sigma=0.35, bandwidth=200e6)
-NO_SNAPSHOTS = MaterializerOptions(interval=None, every_n_commits=None,
+NO_SNAPSHOTS = MaterializerSettings(interval=None, every_n_commits=None,
                                    backstop_bytes=1 << 50)
 SAMPLE = 200
 
@@ -41,13 +41,13 @@ SAMPLE = 200
 class Target:
     kind: str
     url: str
-    options: ChangelogOptions
+    options: ChangelogSettings
 
 
 def build(target: Target, workload: Workload, lengths: list[int], work: Path,
-          ) -> tuple[dict[str, CheckpointInfo], dict[bytes, bytes]]:
+          ) -> tuple[dict[str, StoreCommit], dict[bytes, bytes]]:
     """The checkpoints to restore, by label, and a sample of the final state to verify."""
-    infos: dict[str, CheckpointInfo] = {}
+    infos: dict[str, StoreCommit] = {}
     options = backend_options(work / "writer", target.options, NO_SNAPSHOTS)
     with StateBackend(options) as backend:
         provider = backend.provider(target.url, OPERATOR, 0)
@@ -70,7 +70,7 @@ def build(target: Target, workload: Workload, lengths: list[int], work: Path,
     return infos, {k: v for k, v in expected.items() if v is not None}
 
 
-def restore(target: Target, info: CheckpointInfo, work: Path,
+def restore(target: Target, info: StoreCommit, work: Path,
             expected: dict[bytes, bytes] | None) -> dict[str, Any]:
     """Restore in a fresh backend (cold local caches); seconds and the load metrics."""
     options = backend_options(work, target.options, NO_SNAPSHOTS)
@@ -133,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                         target = Target("s3", s3.new_root("recovery"), s3.options())
                         measured[kind] = run_storage(report, args, target, plan, work)
                 else:
-                    target = Target("file", file_url(work / "remote"), ChangelogOptions())
+                    target = Target("file", file_url(work / "remote"), ChangelogSettings())
                     measured[kind] = run_storage(report, args, target, plan, work)
             tabulate(report, kind, measured[kind], plan)
     report.put("samples", measured)

@@ -1,7 +1,7 @@
 """Rescale benchmark: a rescale's time and bytes against a full restore of the same state.
 
-A checkpoint of `keys` keys (one bigint grouping key each, as backend.spark stores them: the
-2-byte key group then the msgpack key, in a value state, 100 random bytes per value) is
+A checkpoint of `keys` keys (one bigint grouping key each, as the Spark integration stores
+them: the 2-byte key group then the msgpack key, in a value state, 100 random bytes per value) is
 written over `from` partitions, every key in the partition owning its key group, each store
 one snapshot; and the same state in the hash layout of checkpoints written before key groups
 (bare msgpack keys, each in partition pmod(Spark's hash, `from`)). Then, alternating in every
@@ -9,7 +9,7 @@ round, from cold local directories:
 - restore: every partition's store of the key-group checkpoint loaded at its checkpoint, two
   at a time (what a restart of the query reads);
 - rescale: `python -m pyspark_dstl rescale`'s work on it, to `to` partitions, by moving ranges
-  of key groups (backend/ops/range_rescale.py): old stores restored, each new store a clipped
+  of key groups (backend/rescale/ranges.py): old stores restored, each new store a clipped
   RocksDB checkpoint of the old store it overlaps most plus the other's share copied as a
   range, committed as a snapshot whose files the old store already had are copied inside the
   storage instead of uploaded;
@@ -47,17 +47,17 @@ from benchmarks.harness import Report, parse_args, plan_of, profiled, ratio, scr
 from benchmarks.recovery import S3_LATENCY
 from benchmarks.s3 import S3Harness
 from benchmarks.workload import backend_options, file_url
-from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
-from pyspark_dstl.backend.ops.key_groups import KEY_GROUPS, owner
-from pyspark_dstl.backend.ops.range_rescale import rescale_ranges
-from pyspark_dstl.backend.ops.rescale import PARALLEL_LOADS, rescale_stores, restore_bytes
-from pyspark_dstl.backend.spark.codec.key_routing import HashLayoutMigration, key_offset
-from pyspark_dstl.backend.spark.codec.spark_hash import hash_longs
-from pyspark_dstl.backend.spark.codec.values import encode_key, pack_key
+from pyspark_dstl.backend.lineage.store_commit import StoreCommit
+from pyspark_dstl.backend.rescale.key_by_key import PARALLEL_LOADS, rescale_stores, restore_bytes
+from pyspark_dstl.backend.rescale.key_groups import KEY_GROUPS, owner
+from pyspark_dstl.backend.rescale.ranges import rescale_ranges
 from pyspark_dstl.backend.store.provider import ChangelogProvider
 from pyspark_dstl.backend.store.state_backend import StateBackend
-from pyspark_dstl.changelog.options import ChangelogOptions
-from pyspark_dstl.materializer.options import MaterializerOptions
+from pyspark_dstl.changelog.changelog_settings import ChangelogSettings
+from pyspark_dstl.materializer.materializer_settings import MaterializerSettings
+from pyspark_dstl.spark.codec.values import encode_key, pack_key
+from pyspark_dstl.spark.keys.key_routing import HashLayoutMigration, key_offset
+from pyspark_dstl.spark.keys.spark_hash import hash_longs
 
 NAME = "rescale"
 FULL: dict[str, Any] = {"keys": 1_000_000, "from": 4, "to": 6, "rounds": 3}
@@ -67,7 +67,7 @@ HASH_OPERATOR = "hash_layout"  # the same state in the hash layout, beside it in
 CF = "value/state"
 VALUE_SIZE = 100
 CHUNK = 200_000
-NO_SNAPSHOTS = MaterializerOptions(interval=None, every_n_commits=None,
+NO_SNAPSHOTS = MaterializerSettings(interval=None, every_n_commits=None,
                                    backstop_bytes=1 << 50)
 
 
@@ -75,7 +75,7 @@ NO_SNAPSHOTS = MaterializerOptions(interval=None, every_n_commits=None,
 class Target:
     kind: str
     url: str
-    options: ChangelogOptions
+    options: ChangelogSettings
     s3: S3Harness | None = None
 
 
@@ -109,7 +109,7 @@ def generated(keys: int, seed: int) -> Iterator[tuple[np.ndarray, bytes]]:
 
 def build(target: Target, keys: int, partitions: int, seed: int, work: Path,
           layout: Layout = group_layout, operator: str = OPERATOR
-          ) -> dict[int, CheckpointInfo]:
+          ) -> dict[int, StoreCommit]:
     """One snapshot per partition holding its keys (where `layout` puts them)."""
     options = backend_options(work, target.options, NO_SNAPSHOTS)
     with StateBackend(options) as backend:
@@ -127,7 +127,7 @@ def build(target: Target, keys: int, partitions: int, seed: int, work: Path,
         return {p: store.commit(materialize=True) for p, store in enumerate(stores)}
 
 
-def restore_all(target: Target, infos: dict[int, CheckpointInfo], work: Path,
+def restore_all(target: Target, infos: dict[int, StoreCommit], work: Path,
                 ) -> dict[str, Any]:
     """Every store loaded at its checkpoint in a fresh backend (cold local directory), as
     many at once as the rescale restores its old stores."""
@@ -135,7 +135,7 @@ def restore_all(target: Target, infos: dict[int, CheckpointInfo], work: Path,
     began = time.perf_counter()
     with StateBackend(options) as backend:
 
-        def load(item: tuple[int, CheckpointInfo]) -> int:
+        def load(item: tuple[int, StoreCommit]) -> int:
             partition, info = item
             store = backend.provider(target.url, OPERATOR, partition).get_store(
                 info.version, info)
@@ -149,7 +149,7 @@ def restore_all(target: Target, infos: dict[int, CheckpointInfo], work: Path,
             "bytes_read": sum(restore_bytes(info) for info in infos.values())}
 
 
-def rescale_all(target: Target, infos: dict[int, CheckpointInfo], partitions: int,
+def rescale_all(target: Target, infos: dict[int, StoreCommit], partitions: int,
                 work: Path) -> dict[str, Any]:
     """The range rescale of the key-group checkpoint."""
     options = backend_options(work, target.options, NO_SNAPSHOTS)
@@ -159,7 +159,7 @@ def rescale_all(target: Target, infos: dict[int, CheckpointInfo], partitions: in
     return {"seconds": time.perf_counter() - began, **stats.to_dict()}
 
 
-def migrate_all(target: Target, infos: dict[int, CheckpointInfo], partitions: int,
+def migrate_all(target: Target, infos: dict[int, StoreCommit], partitions: int,
                 work: Path) -> dict[str, Any]:
     """The one-time migration of the hash-layout checkpoint to key groups, key by key."""
     options = backend_options(work, target.options, NO_SNAPSHOTS)
@@ -353,7 +353,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                         target = Target("s3", s3.new_root("rescale"), s3.options(), s3)
                         measured[kind] = run_storage(args, target, plan, work)
                 else:
-                    target = Target("file", file_url(work / "remote"), ChangelogOptions())
+                    target = Target("file", file_url(work / "remote"), ChangelogSettings())
                     measured[kind] = run_storage(args, target, plan, work)
             tabulate(report, kind, measured[kind], plan)
         if "file" in measured and not args.no_spark:

@@ -16,8 +16,8 @@ from typing import Any
 
 from benchmarks.harness import REPO_ROOT
 from benchmarks.latency import LatencyModel
-from pyspark_dstl.changelog.options import ChangelogOptions
-from pyspark_dstl.changelog.storage.options import StorageOptions
+from pyspark_dstl.changelog.changelog_settings import ChangelogSettings
+from pyspark_dstl.changelog.storage.storage_settings import StorageSettings
 from tests.support.moto_server import ACCESS_KEY, REGION, SECRET_KEY
 
 
@@ -90,12 +90,12 @@ class S3Harness:
         idle: bool = self._call({"op": "idle", "timeout": timeout})
         return idle
 
-    def options(self, **changes: Any) -> ChangelogOptions:
-        """ChangelogOptions aimed at the proxy (path addressing, the moto credentials)."""
-        storage = StorageOptions(s3_endpoint_url=self.proxy_url, s3_region=REGION,
+    def options(self, **changes: Any) -> ChangelogSettings:
+        """ChangelogSettings aimed at the proxy (path addressing, the moto credentials)."""
+        storage = StorageSettings(s3_endpoint_url=self.proxy_url, s3_region=REGION,
                                  s3_access_key_id=ACCESS_KEY, s3_secret_access_key=SECRET_KEY,
                                  s3_addressing_style="path")
-        return ChangelogOptions(storage=storage, **changes)
+        return ChangelogSettings(storage=storage, **changes)
 
     def new_root(self, prefix: str = "bench") -> str:
         """A URL in a fresh bucket."""

@@ -21,9 +21,9 @@ from typing import Any
 
 from pyspark.sql import types as T
 
-from pyspark_dstl.backend.spark.codec.evolution import VersionedRowCodec
-from pyspark_dstl.backend.spark.codec.rows import RowCodec
-from pyspark_dstl.backend.spark.codec.values import decode_value, encode_value
+from pyspark_dstl.spark.codec.evolution import VersionedRowCodec
+from pyspark_dstl.spark.codec.typed_values import RowCodec
+from pyspark_dstl.spark.codec.values import decode_value, encode_value
 
 OLD = T.StructType([T.StructField("id", T.IntegerType()), T.StructField("name", T.StringType()),
                     T.StructField("count", T.IntegerType()),

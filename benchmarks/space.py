@@ -38,13 +38,13 @@ from benchmarks.harness import (
 )
 from benchmarks.plots import line_plot
 from benchmarks.workload import OPERATOR, Workload, backend_options, file_url, load_store
+from pyspark_dstl.backend.backend_settings import BACKEND_CONF_KEYS, CONF_PREFIX, BackendSettings
 from pyspark_dstl.backend.fencing.lease import acquire
 from pyspark_dstl.backend.lineage.commit_log import CommitEntry, CommitLog, OperatorCommit
 from pyspark_dstl.backend.ops.cleanup import cleanup_checkpoint
-from pyspark_dstl.backend.options import BACKEND_CONF_KEYS, CONF_PREFIX, BackendOptions
 from pyspark_dstl.backend.store.state_backend import StateBackend
-from pyspark_dstl.changelog.options import ChangelogOptions
-from pyspark_dstl.materializer.options import MaterializerOptions
+from pyspark_dstl.changelog.changelog_settings import ChangelogSettings
+from pyspark_dstl.materializer.materializer_settings import MaterializerSettings
 
 NAME = "space"
 FULL: dict[str, Any] = {"keys": 1_000_000, "batches": 200, "retain": [2, 10, 100],
@@ -65,8 +65,8 @@ def run(args: argparse.Namespace, plan: dict[str, Any], retain: int) -> dict[str
         remote = work / "remote"
         url = file_url(remote)
         materialization = (None if args.every_n_commits is None else
-                           MaterializerOptions(every_n_commits=args.every_n_commits))
-        options = backend_options(work / "local", ChangelogOptions(), materialization,
+                           MaterializerSettings(every_n_commits=args.every_n_commits))
+        options = backend_options(work / "local", ChangelogSettings(), materialization,
                                   min_batches_to_retain=retain,
                                   **rocksdb_changes(args))
         with StateBackend(options) as backend:
@@ -101,13 +101,13 @@ def run(args: argparse.Namespace, plan: dict[str, Any], retain: int) -> dict[str
 
 
 def rocksdb_changes(args: argparse.Namespace) -> dict[str, Any]:
-    """BackendOptions fields from --rocksdb, e.g. "maxBytesForLevelBase=256MB,..." (keys of
+    """BackendSettings fields from --rocksdb, e.g. "maxBytesForLevelBase=256MB,..." (keys of
     spark.dstl.rocksdb.*), to compare compaction settings side by side."""
     if not args.rocksdb:
         return {}
     conf = {f"{CONF_PREFIX}rocksdb.{item.split('=', 1)[0].strip()}": item.split("=", 1)[1]
             for item in args.rocksdb.split(",") if item.strip()}
-    parsed = BackendOptions.from_conf(conf)
+    parsed = BackendSettings.from_mapping(conf)
     return {name: getattr(parsed, name) for name, key in BACKEND_CONF_KEYS.items()
             if f"{CONF_PREFIX}{key}" in conf}
 

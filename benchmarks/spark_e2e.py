@@ -150,7 +150,7 @@ class Run:
     def start(self, local_dir: Path) -> Any:
         from pyspark.sql.streaming.state import GroupStateTimeout
 
-        from pyspark_dstl.backend.spark import stateful
+        from pyspark_dstl.spark import stateful
 
         source = (self.spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1)
                   .parquet(str(self.inputs)))

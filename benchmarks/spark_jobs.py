@@ -15,7 +15,7 @@ import pyarrow as pa
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor as SparkProcessor
 from pyspark.sql.types import LongType, StructField, StructType
 
-from pyspark_dstl.backend.spark import (
+from pyspark_dstl.spark import (
     StatefulProcessor,
     StatefulProcessorHandle,
     VectorizedStatefulProcessor,

@@ -127,7 +127,7 @@ def parquet_sink(out: Path, constant_count: bool) -> Any:
 
 def run_mode(spark: Any, mode: str, inputs: Path, work: Path, plan: dict[str, Any]
              ) -> dict[str, Any]:
-    from pyspark_dstl.backend.spark import stateful
+    from pyspark_dstl.spark import stateful
 
     source = (spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1)
               .parquet(str(inputs)))
@@ -218,15 +218,15 @@ def best_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def default_mode() -> str:
-    from pyspark_dstl.backend.spark.options import DstlConf
+    from pyspark_dstl.spark.query_settings import DstlSettings
 
-    return DstlConf.from_settings({}).query.output_mode
+    return DstlSettings.from_settings({}).query.output_mode
 
 
 def inline_bound() -> int:
-    from pyspark_dstl.backend.spark.options import DstlConf
+    from pyspark_dstl.spark.query_settings import DstlSettings
 
-    return DstlConf.from_settings({}).query.output_inline_bytes
+    return DstlSettings.from_settings({}).query.output_inline_bytes
 
 
 def batch_output_bytes(result: dict[str, Any]) -> int:

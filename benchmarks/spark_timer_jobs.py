@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor as SparkProcessor
 from pyspark.sql.types import LongType, StructField, StructType
 
-from pyspark_dstl.backend.spark import (
+from pyspark_dstl.spark import (
     StatefulProcessor,
     StatefulProcessorHandle,
     VectorizedStatefulProcessor,

@@ -238,7 +238,7 @@ class Run:
                 .parquet(str(self.inputs)).withWatermark("ts", self.timeline.delay))
 
     def start(self) -> Any:
-        from pyspark_dstl.backend.spark import stateful
+        from pyspark_dstl.spark import stateful
 
         sink = collecting_sink(self.outputs)
         if self.mode != BASELINE:

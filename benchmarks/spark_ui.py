@@ -145,7 +145,7 @@ def tagged_stages(spark: Any, task_stats: dict[tuple[str, int], list[dict[str, A
     the user's sink (from the output frame to the commit log) SINK_TAG, and each batch's task
     statistics are kept in `task_stats` by (checkpoint, batch id). Driver-side
     instrumentation of the benchmark only; put back on the way out."""
-    from pyspark_dstl.backend.spark.driver.operator import StatefulOperator
+    from pyspark_dstl.spark.driver.operator import StatefulOperator
 
     context = spark.sparkContext
     execute = StatefulOperator.execute

@@ -4,7 +4,7 @@ A Spark batch's duration mixes the stateful task with the engine's fixed costs (
 scheduling, the sink's job, the commit log). To see the task alone, this runs what a task of
 benchmarks/spark_timers.py runs, on one partition's share of the keys, without Spark: the
 backend's RocksDB store on file://, the same processors and the same runner
-(backend/spark/task/runner.py), batch 0 registering the timers and every later batch firing one
+(spark/stage/runner.py), batch 0 registering the timers and every later batch firing one
 slot. Named steps of the runner are timed by wrapping them while it runs: the due-timer scan,
 key decoding, the processor's calls, the timer deletes, the earliest-timer seek (which first
 flushes the batch's writes to RocksDB and the changelog) and the output's conversion to Arrow;
@@ -22,14 +22,14 @@ import pyarrow as pa
 
 from benchmarks.spark_timer_jobs import PerKeyTimeout, VectorizedTimeout
 from benchmarks.step_clock import StepClock
-from pyspark_dstl.backend.ops.key_groups import KEY_GROUPS
-from pyspark_dstl.backend.options import BackendOptions
-from pyspark_dstl.backend.spark.codec.key_grouping import KeyGrouping, with_group_column
-from pyspark_dstl.backend.spark.task import runner
-from pyspark_dstl.backend.spark.task.output import OutputCollector
-from pyspark_dstl.backend.spark.task.runner import BatchTimes, run_processor
-from pyspark_dstl.backend.spark.time.timers import TimerIndex
+from pyspark_dstl.backend.backend_settings import BackendSettings
+from pyspark_dstl.backend.rescale.key_groups import KEY_GROUPS
 from pyspark_dstl.backend.store.state_backend import StateBackend
+from pyspark_dstl.spark.keys.key_grouping import KeyGrouping, with_group_column
+from pyspark_dstl.spark.stage import runner
+from pyspark_dstl.spark.stage.output import OutputCollector
+from pyspark_dstl.spark.stage.runner import BatchTimes, run_processor
+from pyspark_dstl.spark.time.timers import TimerIndex
 
 GROUPING = KeyGrouping(("string",), KEY_GROUPS)  # the workload's key: one string column
 OUTPUT = pa.schema([("user", pa.string()), ("expiry", pa.int64()), ("seen", pa.int64())])
@@ -79,7 +79,7 @@ def breakdown(workload: Any, work: Path, modes: list[str], batches: int
     results: dict[str, list[dict[str, float]]] = {}
     registration = with_group_column(workload.file_table(0), ("user",), GROUPING)
     for mode in modes:
-        backend = StateBackend(BackendOptions.from_conf(
+        backend = StateBackend(BackendSettings.from_mapping(
             {"spark.dstl.stateStore.localDir": str(work / mode / "local")}))
         try:
             provider = backend.provider((work / mode / "checkpoint").as_uri(), "stateful", 0)

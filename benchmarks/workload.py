@@ -16,12 +16,12 @@ from typing import Any
 import numpy as np
 from rocksdict import Rdict, WriteBatch, WriteOptions
 
+from pyspark_dstl.backend.backend_settings import BackendSettings
 from pyspark_dstl.backend.engines.records import encode_key
 from pyspark_dstl.backend.engines.rocksdb import RocksDBSettings
-from pyspark_dstl.backend.options import BackendOptions
 from pyspark_dstl.backend.store.api import StateStore
-from pyspark_dstl.changelog.options import ChangelogOptions
-from pyspark_dstl.materializer.options import MaterializerOptions
+from pyspark_dstl.changelog.changelog_settings import ChangelogSettings
+from pyspark_dstl.materializer.materializer_settings import MaterializerSettings
 
 VALUE_SIZE = 100
 LOAD_CHUNK = 100_000
@@ -79,7 +79,7 @@ class Workload:
 
 def rocksdb_settings() -> RocksDBSettings:
     """The backend's own RocksDB settings, so every mode's LSM tree behaves alike."""
-    return RocksDBSettings.from_options(BackendOptions())
+    return RocksDBSettings.from_options(BackendSettings())
 
 
 def open_raw_db(path: Path, settings: RocksDBSettings) -> Rdict:
@@ -107,11 +107,11 @@ def load_store(store: StateStore, workload: Workload) -> float:
     return time.perf_counter() - started
 
 
-def backend_options(local_dir: Path, changelog: ChangelogOptions,
-                    materialization: MaterializerOptions | None = None,
-                    **changes: Any) -> BackendOptions:
-    return BackendOptions(local_dir=str(local_dir), changelog=changelog,
-                          materialization=materialization or MaterializerOptions(),
+def backend_options(local_dir: Path, changelog: ChangelogSettings,
+                    materialization: MaterializerSettings | None = None,
+                    **changes: Any) -> BackendSettings:
+    return BackendSettings(local_dir=str(local_dir), changelog=changelog,
+                          materialization=materialization or MaterializerSettings(),
                           **changes)
 
 

@@ -39,7 +39,7 @@ from benchmarks.workload import (
 )
 from pyspark_dstl.backend.store.api import StateStore, StateStoreProvider
 from pyspark_dstl.backend.store.state_backend import StateBackend
-from pyspark_dstl.changelog.options import ChangelogOptions
+from pyspark_dstl.changelog.changelog_settings import ChangelogSettings
 
 NAME = "write_path"
 FULL: dict[str, Any] = {"keys": 1_000_000, "rounds": 7}
@@ -83,7 +83,7 @@ class StoreContender:
 
     def __init__(self, work: Path, provider_class: str, bulk: bool = False) -> None:
         """`bulk`: write with one put_many(keys=, values=) instead of a put per key."""
-        options = backend_options(work / "local", ChangelogOptions(),
+        options = backend_options(work / "local", ChangelogSettings(),
                                   provider_class=provider_class)
         self.bulk = bulk
         self.backend = StateBackend(options)

@@ -1,6 +1,6 @@
 """The durable short-term log (FLIP-158 DSTL): writers, batched hedged uploads, handles, readers."""
 
-from pyspark_dstl.changelog.errors import (
+from pyspark_dstl.changelog.changelog_errors import (
     ChangelogError,
     FormatError,
     HandleError,
@@ -13,15 +13,15 @@ from pyspark_dstl.changelog.errors import (
     UploadFailedError,
     WriterClosedError,
 )
+from pyspark_dstl.changelog.changelog_handle import ChangelogHandle, Segment
+from pyspark_dstl.changelog.changelog_service import ChangelogService, SyncReader
+from pyspark_dstl.changelog.changelog_settings import CHANGELOG_CONF_KEYS, ChangelogSettings
 from pyspark_dstl.changelog.files import LogInFile, read_file_header, read_file_log
 from pyspark_dstl.changelog.format import ChangeSet, LogHeader
-from pyspark_dstl.changelog.handle import ChangelogHandle, Segment
-from pyspark_dstl.changelog.options import CHANGELOG_CONF_KEYS, ChangelogOptions
 from pyspark_dstl.changelog.reader import ChangelogReader
 from pyspark_dstl.changelog.storage import open_storage
-from pyspark_dstl.changelog.storage.base import ObjectInfo, ObjectStore
-from pyspark_dstl.changelog.storage.options import StorageOptions
-from pyspark_dstl.changelog.storage_service import ChangelogStorage, SyncReader
+from pyspark_dstl.changelog.storage.base import ObjectInfo, Storage
+from pyspark_dstl.changelog.storage.storage_settings import StorageSettings
 from pyspark_dstl.changelog.writer import ChangelogWriter
 from pyspark_dstl.core.errors import ConfigError
 
@@ -30,9 +30,9 @@ __all__ = [
     "ChangeSet",
     "ChangelogError",
     "ChangelogHandle",
-    "ChangelogOptions",
     "ChangelogReader",
-    "ChangelogStorage",
+    "ChangelogService",
+    "ChangelogSettings",
     "ChangelogWriter",
     "ConfigError",
     "FormatError",
@@ -42,12 +42,12 @@ __all__ = [
     "ObjectExistsError",
     "ObjectInfo",
     "ObjectNotFoundError",
-    "ObjectStore",
     "PermanentStorageError",
     "Segment",
     "SqnError",
+    "Storage",
     "StorageError",
-    "StorageOptions",
+    "StorageSettings",
     "SyncReader",
     "TransientStorageError",
     "UploadFailedError",

@@ -11,7 +11,7 @@ import threading
 
 import zstandard
 
-from pyspark_dstl.changelog.errors import FormatError
+from pyspark_dstl.changelog.changelog_errors import FormatError
 from pyspark_dstl.core.errors import excerpt
 
 MAX_EXPANSION = 256

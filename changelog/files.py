@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from pyspark_dstl.changelog.errors import TruncatedFileError
+from pyspark_dstl.changelog.changelog_errors import TruncatedFileError
+from pyspark_dstl.changelog.changelog_handle import Segment
 from pyspark_dstl.changelog.format import (
     ChangeSet,
     FileHeader,
@@ -20,7 +21,6 @@ from pyspark_dstl.changelog.format import (
     read_file_located,
     verify_file,
 )
-from pyspark_dstl.changelog.handle import Segment
 
 HEADER_PROBE_BYTES = 64 * 1024
 """The first read of a header. Headers are usually a few hundred bytes; a longer one costs one
@@ -40,7 +40,7 @@ __all__ = [
 
 
 class ObjectSource(Protocol):
-    """Ranged reads of objects by path (ChangelogStorage fits: its reads are retried)."""
+    """Ranged reads of objects by path (ChangelogService fits: its reads are retried)."""
 
     def get(self, path: str, start: int = 0, end: int | None = None) -> bytes: ...
 

@@ -15,14 +15,14 @@ from zlib import crc32
 
 import msgpack
 
-from pyspark_dstl.changelog.compression import FrameCompressor, codec_name, decompress
-from pyspark_dstl.changelog.errors import (
+from pyspark_dstl.changelog.changelog_errors import (
     BadMagicError,
     ChecksumMismatchError,
     FormatError,
     TruncatedFileError,
     UnsupportedVersionError,
 )
+from pyspark_dstl.changelog.compression import FrameCompressor, codec_name, decompress
 from pyspark_dstl.core.errors import excerpt
 
 MAGIC = b"DSTLCLOG"

@@ -71,7 +71,7 @@ _COUNTERS = (
 
 
 class ChangelogMetrics:
-    """One per ChangelogStorage; `snapshot()` is what callers and dashboards read."""
+    """One per ChangelogService; `snapshot()` is what callers and dashboards read."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

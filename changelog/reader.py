@@ -16,8 +16,9 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from itertools import islice
 
-from pyspark_dstl.changelog.cache import SegmentCache
-from pyspark_dstl.changelog.errors import FormatError, TruncatedFileError
+from pyspark_dstl.changelog.changelog_errors import FormatError, TruncatedFileError
+from pyspark_dstl.changelog.changelog_handle import ChangelogHandle, Segment
+from pyspark_dstl.changelog.changelog_settings import ChangelogSettings
 from pyspark_dstl.changelog.format import (
     PREAMBLE_SIZE,
     ChangeSet,
@@ -25,9 +26,8 @@ from pyspark_dstl.changelog.format import (
     decode_preamble,
     iter_frames,
 )
-from pyspark_dstl.changelog.handle import ChangelogHandle, Segment
-from pyspark_dstl.changelog.options import ChangelogOptions
-from pyspark_dstl.changelog.storage.base import ObjectStore
+from pyspark_dstl.changelog.segment_cache import SegmentCache
+from pyspark_dstl.changelog.storage.base import Storage
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ are then checked from the same request. Farther reads fetch the preamble on its 
 
 
 class ChangelogReader:
-    def __init__(self, store: ObjectStore, options: ChangelogOptions,
+    def __init__(self, store: Storage, options: ChangelogSettings,
                  cache: SegmentCache | None = None, fetch: Fetch | None = None) -> None:
         self._store = store
         self._options = options

@@ -18,11 +18,11 @@ from typing import Any
 
 import msgpack
 
-from pyspark_dstl.changelog.errors import ChangelogError, SqnError, WriterClosedError
+from pyspark_dstl.changelog.changelog_errors import ChangelogError, SqnError, WriterClosedError
+from pyspark_dstl.changelog.changelog_handle import ChangelogHandle, Segment
+from pyspark_dstl.changelog.changelog_settings import ChangelogSettings
 from pyspark_dstl.changelog.format import MAX_KEY_GROUP, ChangeSet, LogHeader
-from pyspark_dstl.changelog.handle import ChangelogHandle, Segment
 from pyspark_dstl.changelog.metrics import ChangelogMetrics
-from pyspark_dstl.changelog.options import ChangelogOptions
 from pyspark_dstl.changelog.refcounts import FileRefCounts
 from pyspark_dstl.changelog.storage.base import check_key
 from pyspark_dstl.changelog.upload.limiter import InFlightLimiter
@@ -35,9 +35,9 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class WriterServices:
-    """The parts of a ChangelogStorage a writer uses; shared by all writers of that storage."""
+    """The parts of a ChangelogService a writer uses; shared by all writers of that storage."""
 
-    options: ChangelogOptions
+    options: ChangelogSettings
     loop: EventLoopThread
     scheduler: BatchScheduler
     limiter: InFlightLimiter

@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 from main_job import FIRST_MINUTE_MS, MINUTE_MS, clock, local_session
 
-from pyspark_dstl.backend.spark import (
+from pyspark_dstl.spark import (
     BatchProgress,
     StatefulProcessor,
     StatefulProcessorHandle,

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pyspark_dstl.backend.spark import (
+from pyspark_dstl.spark import (
     PROGRESS_LOGGER,
     BatchProgress,
     StatefulProcessor,

@@ -31,10 +31,10 @@ import msgpack
 import pandas as pd
 from main_job import local_session
 
-from pyspark_dstl.backend.spark import StatefulProcessor, StatefulProcessorHandle, stateful
+from pyspark_dstl.changelog.changelog_service import ChangelogService
+from pyspark_dstl.changelog.changelog_settings import ChangelogSettings
 from pyspark_dstl.changelog.files import read_file_log
-from pyspark_dstl.changelog.options import ChangelogOptions
-from pyspark_dstl.changelog.storage_service import ChangelogStorage
+from pyspark_dstl.spark import StatefulProcessor, StatefulProcessorHandle, stateful
 
 WAL_DIR = "wal"
 LOG_ID = "sqlite-sink"
@@ -45,7 +45,7 @@ class WalSink:
 
     def __init__(self, wal_url: str, db_path: Path, stop_applying_after: int | None = None,
                  ) -> None:
-        self.storage = ChangelogStorage(wal_url, ChangelogOptions())
+        self.storage = ChangelogService(wal_url, ChangelogSettings())
         self.db = sqlite3.connect(db_path, check_same_thread=False)
         self.db.executescript(
             "CREATE TABLE IF NOT EXISTS counts (batch_id INTEGER, user TEXT, count INTEGER, "

@@ -1,6 +1,26 @@
 """RocksDB snapshots for the changelog state backend: incremental, scheduled, restorable."""
 
-from pyspark_dstl.materializer.errors import (
+from pyspark_dstl.materializer.link_copy import open_db
+from pyspark_dstl.materializer.manifest import (
+    SnapshotFile,
+    SnapshotManifest,
+    decode_manifest,
+    encode_manifest,
+    referenced_files,
+)
+from pyspark_dstl.materializer.manifest_listing import (
+    alist_manifests,
+    amissing_files,
+    aread_manifest,
+    list_manifests,
+)
+from pyspark_dstl.materializer.materialized_handle import (
+    HandleFormatError,
+    MaterializedHandle,
+    SnapshotRequest,
+)
+from pyspark_dstl.materializer.materializer import Materializer
+from pyspark_dstl.materializer.materializer_errors import (
     ManifestError,
     ManifestExistsError,
     MaterializationFailedError,
@@ -12,24 +32,8 @@ from pyspark_dstl.materializer.errors import (
     SnapshotUploadError,
     StoreNotRegisteredError,
 )
-from pyspark_dstl.materializer.handle import HandleFormatError, MaterializedHandle, SnapshotRequest
-from pyspark_dstl.materializer.listing import (
-    alist_manifests,
-    amissing_files,
-    aread_manifest,
-    list_manifests,
-)
-from pyspark_dstl.materializer.local import open_db
-from pyspark_dstl.materializer.manifest import (
-    SnapshotFile,
-    SnapshotManifest,
-    decode_manifest,
-    encode_manifest,
-    referenced_files,
-)
-from pyspark_dstl.materializer.materializer import Materializer
+from pyspark_dstl.materializer.materializer_settings import MaterializerSettings
 from pyspark_dstl.materializer.names import parse_manifest_name, parse_uploaded_version
-from pyspark_dstl.materializer.options import MaterializerOptions
 from pyspark_dstl.materializer.remote import RemoteFiles
 from pyspark_dstl.materializer.restore import RestoredSnapshot
 from pyspark_dstl.materializer.upload.schedule import SnapshotDecision
@@ -43,7 +47,7 @@ __all__ = [
     "Materializer",
     "MaterializerClosedError",
     "MaterializerError",
-    "MaterializerOptions",
+    "MaterializerSettings",
     "RemoteFiles",
     "RestoredSnapshot",
     "SnapshotCorruptError",

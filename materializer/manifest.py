@@ -13,11 +13,11 @@ from typing import Any
 
 import msgpack
 
-from pyspark_dstl.changelog.errors import StorageError
+from pyspark_dstl.changelog.changelog_errors import StorageError
 from pyspark_dstl.changelog.storage.base import check_key
 from pyspark_dstl.core.errors import excerpt
 from pyspark_dstl.materializer.checksum import crc32_of
-from pyspark_dstl.materializer.errors import ManifestError
+from pyspark_dstl.materializer.materializer_errors import ManifestError
 from pyspark_dstl.materializer.names import check_local_name, check_unique_id
 
 MAGIC = b"DSTLSNAP"

@@ -14,22 +14,22 @@ from typing import Any
 
 from rocksdict import Rdict
 
-from pyspark_dstl.materializer.cache import FileCache
 from pyspark_dstl.materializer.checksum import ChecksumCache
-from pyspark_dstl.materializer.errors import (
+from pyspark_dstl.materializer.file_cache import FileCache
+from pyspark_dstl.materializer.link_copy import LinkCopy, owned_link_copy_root, take_link_copy
+from pyspark_dstl.materializer.manifest import SnapshotFile, SnapshotManifest
+from pyspark_dstl.materializer.manifest_listing import amissing_files, aread_manifest
+from pyspark_dstl.materializer.materialized_handle import MaterializedHandle, SnapshotRequest
+from pyspark_dstl.materializer.materializer_errors import (
     ManifestError,
     MaterializerClosedError,
     MaterializerError,
     SnapshotRequestError,
     StoreNotRegisteredError,
 )
-from pyspark_dstl.materializer.handle import MaterializedHandle, SnapshotRequest
-from pyspark_dstl.materializer.listing import amissing_files, aread_manifest
-from pyspark_dstl.materializer.local import LocalCheckpoint, owned_checkpoint_root, take_checkpoint
-from pyspark_dstl.materializer.manifest import SnapshotFile, SnapshotManifest
+from pyspark_dstl.materializer.materializer_settings import MaterializerSettings
 from pyspark_dstl.materializer.metrics import Metrics
 from pyspark_dstl.materializer.names import check_remote_dir, local_dir_name
-from pyspark_dstl.materializer.options import MaterializerOptions
 from pyspark_dstl.materializer.remote import RemoteFiles
 from pyspark_dstl.materializer.restore import RestoredSnapshot, SnapshotRestorer
 from pyspark_dstl.materializer.upload.dedup import UploadedFiles
@@ -54,7 +54,7 @@ class Materializer:
     `snapshot` at that commit boundary. Completed snapshots are reported by `poll`.
     """
 
-    def __init__(self, storage: RemoteFiles, options: MaterializerOptions,
+    def __init__(self, storage: RemoteFiles, options: MaterializerSettings,
                  local_dir: str, checksums: ChecksumCache | None = None) -> None:
         """`checksums`: a cache shared with another materializer of the process, so files it
         restored and verified (hard-linked into this one's checkpoints, the same inodes) are
@@ -62,7 +62,7 @@ class Materializer:
         self._storage = storage
         self._options = options
         self._local_dir = os.path.abspath(local_dir)
-        self._checkpoint_root = owned_checkpoint_root(os.path.join(self._local_dir,
+        self._checkpoint_root = owned_link_copy_root(os.path.join(self._local_dir,
                                                                    "checkpoints"))
         self._cache_root = os.path.abspath(options.cache_dir or
                                            os.path.join(self._local_dir, "cache"))
@@ -85,7 +85,7 @@ class Materializer:
         self._closed = False
 
     @property
-    def options(self) -> MaterializerOptions:
+    def options(self) -> MaterializerSettings:
         return self._options
 
     # --- registration ----------------------------------------------------------------------
@@ -158,7 +158,7 @@ class Materializer:
         directory = self._checkpoint_dir(request)
         started = time.monotonic()
         try:
-            checkpoint = take_checkpoint(db, directory)
+            checkpoint = take_link_copy(db, directory)
         except MaterializerError as exc:
             with self._lock:
                 schedule.failed(None, exc)
@@ -209,7 +209,7 @@ class Materializer:
             if ready is not None:
                 _await_ready(ready, request)  # the caller's write into `db` lands first
                 started = time.monotonic()
-            checkpoint = take_checkpoint(db, directory)
+            checkpoint = take_link_copy(db, directory)
         except Exception as exc:
             error = exc if isinstance(exc, MaterializerError) else MaterializerError(
                 f"RocksDB checkpoint into {directory!r} failed: {exc!r}")
@@ -243,7 +243,7 @@ class Materializer:
         self._metrics.set("last_checkpoint_seconds", elapsed)
         self._metrics.add("snapshots_started")
 
-    def _upload(self, schedule: StoreSchedule, checkpoint: LocalCheckpoint,
+    def _upload(self, schedule: StoreSchedule, checkpoint: LinkCopy,
                 request: SnapshotRequest, future: Future[MaterializedHandle]) -> None:
         """Hand a taken checkpoint to the worker pool (`future` is already in flight)."""
         try:

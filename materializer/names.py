@@ -6,9 +6,9 @@ import hashlib
 import re
 import uuid
 
-from pyspark_dstl.changelog.errors import StorageError
+from pyspark_dstl.changelog.changelog_errors import StorageError
 from pyspark_dstl.changelog.storage.base import check_key, join_key
-from pyspark_dstl.materializer.errors import SnapshotRequestError
+from pyspark_dstl.materializer.materializer_errors import SnapshotRequestError
 
 MANIFEST_SUFFIX = ".snapshot"
 SST_DIR = "sst"

@@ -1,4 +1,4 @@
-"""RemoteFiles: the slice of changelog's ChangelogStorage the materializer relies on."""
+"""RemoteFiles: the slice of changelog's ChangelogService the materializer relies on."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pyspark_dstl.core.loop import EventLoopThread
 class RemoteFiles(Protocol):
     """Retrying, create-only object access plus the loop it runs on.
 
-    A structural type, so `changelog.storage_service.ChangelogStorage` fits without the
+    A structural type, so `changelog.changelog_service.ChangelogService` fits without the
     materializer importing it. Paths are keys relative to the storage root.
     """
 

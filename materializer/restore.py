@@ -7,11 +7,11 @@ import shutil
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from pyspark_dstl.changelog.errors import ChangelogError, ObjectNotFoundError
-from pyspark_dstl.materializer.cache import FileCache
+from pyspark_dstl.changelog.changelog_errors import ChangelogError, ObjectNotFoundError
 from pyspark_dstl.materializer.checksum import ChecksumCache, file_checksum
-from pyspark_dstl.materializer.errors import MaterializerError, SnapshotCorruptError
+from pyspark_dstl.materializer.file_cache import FileCache
 from pyspark_dstl.materializer.manifest import SnapshotFile, SnapshotManifest
+from pyspark_dstl.materializer.materializer_errors import MaterializerError, SnapshotCorruptError
 from pyspark_dstl.materializer.metrics import Metrics
 from pyspark_dstl.materializer.names import is_immutable
 from pyspark_dstl.materializer.remote import RemoteFiles

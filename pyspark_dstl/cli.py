@@ -17,24 +17,24 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from pyspark_dstl.backend.errors import BackendError
+from pyspark_dstl.backend.backend_errors import BackendError
+from pyspark_dstl.backend.backend_settings import CONF_PREFIX, FencingSettings
 from pyspark_dstl.backend.fencing.lease import take_over
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
 from pyspark_dstl.backend.ops.cleanup import CleanupReport, cleanup_checkpoint
 from pyspark_dstl.backend.ops.inspection import format_inspection, inspect_checkpoint
-from pyspark_dstl.backend.ops.layout import batch_layouts, format_layouts
 from pyspark_dstl.backend.ops.report_page import write_report
 from pyspark_dstl.backend.ops.root import require_checkpoint
 from pyspark_dstl.backend.ops.verify import verify_report
-from pyspark_dstl.backend.options import CONF_PREFIX, FencingOptions
-from pyspark_dstl.changelog.errors import ChangelogError
-from pyspark_dstl.changelog.options import ChangelogOptions
-from pyspark_dstl.changelog.storage_service import ChangelogStorage
+from pyspark_dstl.backend.rescale.layout import batch_layouts, format_layouts
+from pyspark_dstl.changelog.changelog_errors import ChangelogError
+from pyspark_dstl.changelog.changelog_service import ChangelogService
+from pyspark_dstl.changelog.changelog_settings import ChangelogSettings
 from pyspark_dstl.core.errors import ConfigError, DstlError
-from pyspark_dstl.materializer.errors import MaterializerError
+from pyspark_dstl.materializer.materializer_errors import MaterializerError
 
-CHANGELOG_CONF_PREFIX = ChangelogOptions.SECTION.prefix
-FENCING_CONF_PREFIX = FencingOptions.SECTION.prefix
+CHANGELOG_CONF_PREFIX = ChangelogSettings.SECTION.prefix
+FENCING_CONF_PREFIX = FencingSettings.SECTION.prefix
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -97,12 +97,12 @@ def tool_conf(args: argparse.Namespace) -> dict[str, str]:
     return conf
 
 
-def storage_options(args: argparse.Namespace) -> ChangelogOptions:
-    return ChangelogOptions.from_conf(tool_conf(args), CHANGELOG_CONF_PREFIX)
+def storage_options(args: argparse.Namespace) -> ChangelogSettings:
+    return ChangelogSettings.from_mapping(tool_conf(args), CHANGELOG_CONF_PREFIX)
 
 
-def fencing_options(args: argparse.Namespace) -> FencingOptions:
-    return FencingOptions.from_conf(tool_conf(args), FENCING_CONF_PREFIX)
+def fencing_options(args: argparse.Namespace) -> FencingSettings:
+    return FencingSettings.from_mapping(tool_conf(args), FENCING_CONF_PREFIX)
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
@@ -112,7 +112,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     if args.command == "import-state":
         return _import_state(args, out)
     try:
-        storage = ChangelogStorage(args.url, storage_options(args))
+        storage = ChangelogService(args.url, storage_options(args))
         fencing = fencing_options(args)
     except (ChangelogError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -127,7 +127,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         storage.close()
 
 
-def _run(args: argparse.Namespace, storage: ChangelogStorage, fencing: FencingOptions,
+def _run(args: argparse.Namespace, storage: ChangelogService, fencing: FencingSettings,
          out: TextIO) -> int:
     if args.command == "inspect":
         report = inspect_checkpoint(storage)
@@ -167,7 +167,7 @@ def _import_state(args: argparse.Namespace, out: TextIO) -> int:
     try:
         from pyspark.sql import SparkSession
 
-        from pyspark_dstl.backend.spark.dropin.import_state import import_state
+        from pyspark_dstl.spark.moves.import_state import import_state
     except ImportError as exc:
         print(f"error: import-state needs pyspark (pip install 'pyspark-dstl[spark]'): {exc}",
               file=sys.stderr)
@@ -183,17 +183,17 @@ def _import_state(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-def _rescale(args: argparse.Namespace, storage: ChangelogStorage, fencing: FencingOptions,
+def _rescale(args: argparse.Namespace, storage: ChangelogService, fencing: FencingSettings,
              out: TextIO) -> int:
     """Ranges of key groups move; a hash-layout checkpoint's keys are hashed in Python (no
     pyspark import) and migrated to key groups once."""
-    from pyspark_dstl.backend.options import BackendOptions
-    from pyspark_dstl.backend.spark.driver.rescale import rescale_offline
+    from pyspark_dstl.backend.backend_settings import BackendSettings
+    from pyspark_dstl.spark.driver.rescale_query import rescale_offline
 
     if args.partitions is None or args.partitions < 1:
         raise ConfigError("rescale: --partitions N names the new number of state partitions "
                           "(at least 1)")
-    options = BackendOptions.from_conf(tool_conf(args))
+    options = BackendSettings.from_mapping(tool_conf(args))
     types = [t.strip() for t in args.key_types.split(",")] if args.key_types else None
     record = rescale_offline(storage, options, fencing, args.partitions,
                              operator=args.operator, key_types=types)
@@ -218,7 +218,7 @@ def _rescale(args: argparse.Namespace, storage: ChangelogStorage, fencing: Fenci
     return 0
 
 
-def _verify(args: argparse.Namespace, storage: ChangelogStorage, out: TextIO) -> int:
+def _verify(args: argparse.Namespace, storage: ChangelogService, out: TextIO) -> int:
     report = verify_report(storage)
     layouts = batch_layouts(CommitLog(storage), [])  # unreadable entries: already problems
     if args.json:
@@ -237,7 +237,7 @@ def _verify(args: argparse.Namespace, storage: ChangelogStorage, out: TextIO) ->
     return 1 if report.problems else 0
 
 
-def _take_over(args: argparse.Namespace, storage: ChangelogStorage, fencing: FencingOptions,
+def _take_over(args: argparse.Namespace, storage: ChangelogService, fencing: FencingSettings,
                out: TextIO) -> int:
     if not args.run:
         raise ConfigError("takeover: --run RUN_ID names the holder known to be dead (see "

@@ -14,12 +14,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyspark_dstl.backend.options import BackendOptions, FencingOptions
-from pyspark_dstl.backend.spark.options import QueryOptions
-from pyspark_dstl.changelog.options import ChangelogOptions
-from pyspark_dstl.changelog.storage.options import StorageOptions
-from pyspark_dstl.core.options import Options, markdown_table
-from pyspark_dstl.materializer.options import MaterializerOptions
+from pyspark_dstl.backend.backend_settings import BackendSettings, FencingSettings
+from pyspark_dstl.changelog.changelog_settings import ChangelogSettings
+from pyspark_dstl.changelog.storage.storage_settings import StorageSettings
+from pyspark_dstl.core.settings import Settings, markdown_table
+from pyspark_dstl.materializer.materializer_settings import MaterializerSettings
+from pyspark_dstl.spark.query_settings import QuerySettings
 
 COMMAND = "python -m pyspark_dstl.configuration_page"
 DEFAULT_PATH = "docs/configuration.md"
@@ -31,10 +31,10 @@ INTRO = f"""\
 Every setting lives under `spark.dstl.`. In a Spark job they are read from the Spark conf on the
 driver when the query starts, validated (an invalid value fails the query with the key named),
 and shipped to the executors with the tasks. Outside Spark the same keys are accepted by
-`BackendOptions.from_conf(mapping)`, `ChangelogOptions.from_conf(mapping)`,
-`MaterializerOptions.from_conf(mapping)` and `StorageOptions.from_conf(mapping)` (values may be
-strings or Python values), or the frozen dataclasses can be built directly (field names in
-parentheses) and are held to the same bounds.
+`BackendSettings.from_mapping(mapping)`, `ChangelogSettings.from_mapping(mapping)`,
+`MaterializerSettings.from_mapping(mapping)` and `StorageSettings.from_mapping(mapping)`
+(values may be strings or Python values), or the frozen dataclasses can be built directly
+(field names in parentheses) and are held to the same bounds.
 
 Durations are written as Spark writes them: `10ms`, `2s`, `5min`, `1h` (a bare number means
 seconds). Sizes: `512k`, `10MB`, `1g` (binary units; a bare number means bytes). Booleans:
@@ -44,7 +44,7 @@ off.
 An unknown key under `spark.dstl.` is an error, not a silent no-op, so a typo cannot leave a
 setting at its default unnoticed.
 
-Outside Spark, `from_conf(mapping, env=os.environ)` also reads environment variables named
+Outside Spark, `from_mapping(mapping, env=os.environ)` also reads environment variables named
 after the full key: upper-cased, every `.` an `_` (`spark.dstl.changelog.persistDelay` is
 `SPARK_DSTL_CHANGELOG_PERSISTDELAY`). A key in the mapping wins over its variable, and an
 unknown variable under the section's name is an error like an unknown key. Spark jobs do not
@@ -57,23 +57,23 @@ class Group:
     """One section of the page: a heading, an optional intro, and one options class."""
 
     heading: str
-    options: type[Options]
+    options: type[Settings]
     intro: str = ""
 
 
 GROUPS = (
-    Group("State store (`spark.dstl.stateStore.*`, `spark.dstl.rocksdb.*`)", BackendOptions),
-    Group("Changelog: the durable short-term log (`spark.dstl.changelog.*`)", ChangelogOptions),
-    Group("Object storage: S3 (`spark.dstl.changelog.s3.*`)", StorageOptions,
+    Group("State store (`spark.dstl.stateStore.*`, `spark.dstl.rocksdb.*`)", BackendSettings),
+    Group("Changelog: the durable short-term log (`spark.dstl.changelog.*`)", ChangelogSettings),
+    Group("Object storage: S3 (`spark.dstl.changelog.s3.*`)", StorageSettings,
           "How the changelog, and the snapshots and commit log that share its storage, reach "
           "`s3://` (and `s3a://`) URLs. Other URLs (`file://`, paths, `memory://`, other fsspec "
           "protocols) need no settings."),
     Group("Materialization: RocksDB snapshots (`spark.dstl.materialization.*`)",
-          MaterializerOptions),
-    Group("One writer per checkpoint (`spark.dstl.fencing.*`)", FencingOptions,
+          MaterializerSettings),
+    Group("One writer per checkpoint (`spark.dstl.fencing.*`)", FencingSettings,
           "A run holds its checkpoint through an epoch and a lease renewed in the background; "
           "see [operations.md](operations.md) for takeover."),
-    Group("Streaming query (`spark.dstl.query.*`)", QueryOptions,
+    Group("Streaming query (`spark.dstl.query.*`)", QuerySettings,
           "Read on the driver only; see [api.md](api.md#configuration) for how a query uses them."),
 )
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from pyspark_dstl.changelog.options import ChangelogOptions
-from pyspark_dstl.changelog.storage import ObjectStore, open_storage
-from pyspark_dstl.changelog.storage.memory import MemoryObjectStore
+from pyspark_dstl.changelog.changelog_settings import ChangelogSettings
+from pyspark_dstl.changelog.storage import Storage, open_storage
+from pyspark_dstl.changelog.storage.memory import MemoryStorage
 from pyspark_dstl.core.loop import EventLoopThread
 from tests.support import FaultProxy, MotoServer, S3Env, make_s3_env
 
@@ -68,21 +68,21 @@ def s3(moto_server: MotoServer, fault_proxy: FaultProxy) -> Iterator[S3Env]:
 
 @pytest.fixture(params=STORAGE_KINDS, ids=STORAGE_KINDS)
 def storage_url(request: pytest.FixtureRequest,
-                tmp_path: Path) -> Iterator[tuple[str, ChangelogOptions]]:
+                tmp_path: Path) -> Iterator[tuple[str, ChangelogSettings]]:
     kind = request.param
     if kind == "memory":
         name = f"t-{uuid.uuid4().hex}"
-        yield f"memory://{name}", ChangelogOptions()
-        MemoryObjectStore.drop(name)
+        yield f"memory://{name}", ChangelogSettings()
+        MemoryStorage.drop(name)
     elif kind == "file":
-        yield (tmp_path / "store").as_uri(), ChangelogOptions()
+        yield (tmp_path / "store").as_uri(), ChangelogSettings()
     else:
         env: S3Env = request.getfixturevalue("s3")
         yield env.url, env.options
 
 
 @pytest.fixture
-async def store(storage_url: tuple[str, ChangelogOptions]) -> AsyncIterator[ObjectStore]:
+async def store(storage_url: tuple[str, ChangelogSettings]) -> AsyncIterator[Storage]:
     url, options = storage_url
     opened = open_storage(url, options)
     yield opened

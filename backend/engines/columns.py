@@ -28,6 +28,7 @@ from itertools import compress, repeat
 
 import numpy as np
 
+from pyspark_dstl.backend.backend_errors import CorruptCheckpointError, StoreIdError
 from pyspark_dstl.backend.engines.records import (
     OP_DELETE,
     OP_PUT,
@@ -35,7 +36,6 @@ from pyspark_dstl.backend.engines.records import (
     check_cf,
     decode_writes,
 )
-from pyspark_dstl.backend.errors import CorruptCheckpointError, StoreIdError
 
 MAGIC = 0xC1  # msgpack never uses this byte: a version-1 payload cannot start with it
 PAYLOAD_VERSION = 2

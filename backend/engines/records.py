@@ -19,7 +19,7 @@ from typing import Any
 
 import msgpack
 
-from pyspark_dstl.backend.errors import CorruptCheckpointError, StoreIdError
+from pyspark_dstl.backend.backend_errors import CorruptCheckpointError, StoreIdError
 from pyspark_dstl.core.errors import excerpt
 
 OP_PUT = 1

@@ -24,13 +24,13 @@ from rocksdict import (
     WriteOptions,
 )
 
+from pyspark_dstl.backend.backend_errors import BackendError, CorruptCheckpointError
 from pyspark_dstl.backend.engines.base import BlockWrite, Engine, TableWrite, Write
 from pyspark_dstl.backend.engines.columns import sorted_puts
 from pyspark_dstl.backend.engines.records import cf_prefix, prefix_end
-from pyspark_dstl.backend.errors import BackendError, CorruptCheckpointError
 
 if TYPE_CHECKING:
-    from pyspark_dstl.backend.options import BackendOptions
+    from pyspark_dstl.backend.backend_settings import BackendSettings
 
 COMPACTION_STYLES = ("level", "universal")
 
@@ -68,7 +68,7 @@ class RocksDBSettings:
         self._lock = threading.Lock()
 
     @classmethod
-    def from_options(cls, options: BackendOptions) -> RocksDBSettings:
+    def from_options(cls, options: BackendSettings) -> RocksDBSettings:
         return cls(options.write_buffer_size, options.block_cache_size,
                    options.max_background_jobs,
                    compaction_style=options.compaction_style,

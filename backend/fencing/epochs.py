@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark_dstl.backend.errors import CorruptCheckpointError
+from pyspark_dstl.backend.backend_errors import CorruptCheckpointError
 from pyspark_dstl.backend.fencing.process import ProcessIdentity
 from pyspark_dstl.changelog.storage.base import ObjectInfo
 from pyspark_dstl.core.checksummed_json import RecordKind

@@ -32,12 +32,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
-from pyspark_dstl.backend.errors import (
+from pyspark_dstl.backend.backend_errors import (
     BackendError,
     CheckpointHeldError,
     CorruptCheckpointError,
     FencedError,
 )
+from pyspark_dstl.backend.backend_settings import FencingSettings
 from pyspark_dstl.backend.fencing.epochs import (
     END_MAGIC,
     EPOCH_MAGIC,
@@ -54,8 +55,11 @@ from pyspark_dstl.backend.fencing.epochs import (
 )
 from pyspark_dstl.backend.fencing.process import ProcessIdentity, is_this_process, known_dead
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
-from pyspark_dstl.backend.options import FencingOptions
-from pyspark_dstl.changelog.errors import ChangelogError, ObjectExistsError, UploadFailedError
+from pyspark_dstl.changelog.changelog_errors import (
+    ChangelogError,
+    ObjectExistsError,
+    UploadFailedError,
+)
 from pyspark_dstl.core.errors import LoopClosedError
 from pyspark_dstl.materializer.remote import RemoteFiles
 
@@ -68,7 +72,7 @@ _MAX_ACQUIRE_ROUNDS = 8
 
 
 class LeaseStorage(RemoteFiles, Protocol):
-    """What the lease needs of ChangelogStorage: RemoteFiles plus the root's URL."""
+    """What the lease needs of ChangelogService: RemoteFiles plus the root's URL."""
 
     @property
     def url(self) -> str: ...
@@ -244,7 +248,7 @@ class CheckpointLease:
 # --- taking a root ---------------------------------------------------------------------------
 
 
-def acquire(storage: LeaseStorage, options: FencingOptions, *, purpose: str = "run",
+def acquire(storage: LeaseStorage, options: FencingSettings, *, purpose: str = "run",
             take_over: str | None = None, run_id: str | None = None,
             release_when: Callable[[], bool] | None = None) -> CheckpointLease:
     """Take the root for a new run (see the module docstring) and renew its lease until it
@@ -337,7 +341,7 @@ def holder_of(storage: RemoteFiles) -> Holder | None:
     return Holder(_read_record(storage, newest.epoch), newest.renewals, newest.ended)
 
 
-def take_over(storage: LeaseStorage, options: FencingOptions, run_id: str) -> EpochRecord:
+def take_over(storage: LeaseStorage, options: FencingSettings, run_id: str) -> EpochRecord:
     """Fence run `run_id`, known to be dead, and leave the root free; the takeover's own
     epoch record. CheckpointHeldError if another run holds the root."""
     lease = acquire(storage, options, purpose="takeover", take_over=run_id)

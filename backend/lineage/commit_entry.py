@@ -1,4 +1,4 @@
-"""One commit log entry: the CheckpointInfo of every store of every operator at a batch.
+"""One commit log entry: the StoreCommit of every store of every operator at a batch.
 
 Stored as JSON with a magic string, a format version and a SHA-256 of the canonical body, so
 a damaged entry is reported with its path instead of being half-read.
@@ -11,9 +11,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark_dstl.backend.errors import BackendError, CommitLogCorruptError, CommitLogError
-from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
+from pyspark_dstl.backend.backend_errors import BackendError, CommitLogCorruptError, CommitLogError
 from pyspark_dstl.backend.lineage.naming import make_store_id
+from pyspark_dstl.backend.lineage.store_commit import StoreCommit
 from pyspark_dstl.core.checksummed_json import RecordKind
 from pyspark_dstl.core.errors import excerpt
 
@@ -22,7 +22,7 @@ FENCE_MAGIC = "DSTL-FENCE"
 FORMAT_VERSION = 2
 LAYOUT = "layout"
 """The `extra` field of an entry whose stored keys carry their key group
-(backend/ops/key_groups.py). Such an entry is written as format version 2, which releases
+(backend/rescale/key_groups.py). Such an entry is written as format version 2, which releases
 from before key groups refuse by name, instead of looking up keys they would not find; every
 other entry and fence is written as version 1, which every release reads."""
 RECORD = RecordKind("commit log entry", (MAGIC, FENCE_MAGIC), "entry", FORMAT_VERSION,
@@ -31,10 +31,10 @@ RECORD = RecordKind("commit log entry", (MAGIC, FENCE_MAGIC), "entry", FORMAT_VE
 
 @dataclass(frozen=True)
 class OperatorCommit:
-    """One stateful operator's stores at a batch: partition -> CheckpointInfo."""
+    """One stateful operator's stores at a batch: partition -> StoreCommit."""
 
     num_partitions: int
-    stores: Mapping[int, CheckpointInfo]
+    stores: Mapping[int, StoreCommit]
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ class CommitEntry:
                                          f"{partition} of operator {operator!r} is outside "
                                          f"0..{commit.num_partitions - 1}")
 
-    def infos(self) -> Iterator[CheckpointInfo]:
+    def infos(self) -> Iterator[StoreCommit]:
         for commit in self.operators.values():
             yield from commit.stores.values()
 
@@ -83,7 +83,7 @@ class CommitEntry:
         operators = {
             str(op): OperatorCommit(
                 num_partitions=int(c["num_partitions"]),
-                stores={int(p): CheckpointInfo.from_dict(info)
+                stores={int(p): StoreCommit.from_dict(info)
                         for p, info in c["stores"].items()},
             )
             for op, c in data["operators"].items()

@@ -23,7 +23,7 @@ import re
 from collections.abc import Coroutine
 from typing import Any, Protocol, TypeVar
 
-from pyspark_dstl.backend.errors import BackendError, CommitLogError, FencedError
+from pyspark_dstl.backend.backend_errors import BackendError, CommitLogError, FencedError
 from pyspark_dstl.backend.faults import kill_point
 from pyspark_dstl.backend.lineage.commit_entry import (
     CommitEntry,
@@ -34,7 +34,7 @@ from pyspark_dstl.backend.lineage.commit_entry import (
     encode_entry,
     encode_fence,
 )
-from pyspark_dstl.changelog.errors import (
+from pyspark_dstl.changelog.changelog_errors import (
     ChangelogError,
     ObjectExistsError,
     ObjectNotFoundError,

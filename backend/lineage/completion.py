@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from pyspark_dstl.backend.errors import UncommittedAttemptError
+from pyspark_dstl.backend.backend_errors import UncommittedAttemptError
 from pyspark_dstl.backend.lineage.naming import checkpoint_label
 from pyspark_dstl.backend.lineage.rules import LEGACY, HeaderMeta
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pyspark_dstl.backend.backend_settings import BackendSettings
 from pyspark_dstl.backend.engines.rocksdb import RocksDBSettings
-from pyspark_dstl.backend.options import BackendOptions
-from pyspark_dstl.changelog.storage_service import ChangelogStorage
+from pyspark_dstl.changelog.changelog_service import ChangelogService
 from pyspark_dstl.materializer.materializer import Materializer
 
 
@@ -15,8 +15,8 @@ class RootContext:
     """One changelog storage, one materializer and one local directory per checkpoint root."""
 
     url: str
-    storage: ChangelogStorage
+    storage: ChangelogService
     materializer: Materializer
-    options: BackendOptions
+    options: BackendSettings
     local_root: str
     rocksdb: RocksDBSettings

@@ -1,6 +1,6 @@
 """StoreLoader: rebuild a store instance's engine and position from checkpoint files.
 
-Three sources: nothing (version 0), a CheckpointInfo (restore its snapshot, replay its
+Three sources: nothing (version 0), a StoreCommit (restore its snapshot, replay its
 changelog handle), or only (version, unique id) (resolver.py finds the snapshot and the
 changelog files from the store's own files). Every replay checks the version markers.
 """
@@ -12,17 +12,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from pyspark_dstl.backend.backend_errors import CorruptCheckpointError
 from pyspark_dstl.backend.engines.base import Engine
-from pyspark_dstl.backend.errors import CorruptCheckpointError
-from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
 from pyspark_dstl.backend.lineage.context import RootContext
 from pyspark_dstl.backend.lineage.position import Position
 from pyspark_dstl.backend.lineage.replay import ReplayStats, replay_files, replay_handle
 from pyspark_dstl.backend.lineage.resolver import plan_replay
 from pyspark_dstl.backend.lineage.rules import MarkerCheck
-from pyspark_dstl.materializer.errors import MaterializerError
-from pyspark_dstl.materializer.handle import MaterializedHandle
+from pyspark_dstl.backend.lineage.store_commit import StoreCommit
 from pyspark_dstl.materializer.manifest import SnapshotManifest
+from pyspark_dstl.materializer.materialized_handle import MaterializedHandle
+from pyspark_dstl.materializer.materializer_errors import MaterializerError
 
 DB_DIR = "db"
 EmptyEngine = Callable[[str], Engine]  # instance dir -> engine
@@ -33,7 +33,7 @@ SnapshotEngine = Callable[[str, str], Engine]  # restored db path, instance dir 
 class Loaded:
     engine: Engine
     position: Position
-    kind: str  # "empty", "restore" (from a CheckpointInfo) or "restore_from_files"
+    kind: str  # "empty", "restore" (from a StoreCommit) or "restore_from_files"
     stats: ReplayStats
     snapshot_seconds: float = 0.0
     replay_seconds: float = 0.0
@@ -48,7 +48,7 @@ class StoreLoader:
         self._snapshot_engine = snapshot_engine
 
     def load(self, instance_dir: str, version: int, unique_id: str | None,
-             info: CheckpointInfo | None) -> Loaded:
+             info: StoreCommit | None) -> Loaded:
         if unique_id is None:
             return Loaded(self._empty_engine(instance_dir), Position.empty(self._store_id),
                           "empty", ReplayStats())
@@ -56,7 +56,7 @@ class StoreLoader:
             return self._from_info(instance_dir, info)
         return self._from_files(instance_dir, version, unique_id)
 
-    def _from_info(self, instance_dir: str, info: CheckpointInfo) -> Loaded:
+    def _from_info(self, instance_dir: str, info: StoreCommit) -> Loaded:
         started = time.monotonic()
         materialized = info.materialized
         if materialized is not None:

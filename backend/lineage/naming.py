@@ -11,7 +11,7 @@ import re
 import uuid
 from dataclasses import dataclass
 
-from pyspark_dstl.backend.errors import StoreIdError
+from pyspark_dstl.backend.backend_errors import StoreIdError
 from pyspark_dstl.core.errors import excerpt
 
 STATE_PREFIX = "state"

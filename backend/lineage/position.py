@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pyspark_dstl.backend.lineage.checkpoint import Lineage
-from pyspark_dstl.changelog.handle import ChangelogHandle
-from pyspark_dstl.materializer.handle import MaterializedHandle
+from pyspark_dstl.backend.lineage.store_commit import Lineage
+from pyspark_dstl.changelog.changelog_handle import ChangelogHandle
+from pyspark_dstl.materializer.materialized_handle import MaterializedHandle
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Replaying change sets into an engine, checking every version marker on the way.
 
-Two sources: a ChangelogHandle (the normal restore from a CheckpointInfo; read in bounded
+Two sources: a ChangelogHandle (the normal restore from a StoreCommit; read in bounded
 groups of segments) or whole changelog files of a ReplayPlan (the self-contained restore), for
 which changelog.files reads each file whole and names the segment of every change set, so the
 handle of what was replayed can be rebuilt.
@@ -13,18 +13,18 @@ from collections.abc import Collection, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass
 
+from pyspark_dstl.backend.backend_errors import CorruptCheckpointError, LineageError
 from pyspark_dstl.backend.engines.base import Engine
 from pyspark_dstl.backend.engines.columns import ColumnBlock, decode_change_blocks
-from pyspark_dstl.backend.errors import CorruptCheckpointError, LineageError
 from pyspark_dstl.backend.lineage.completion import require_checkpoint, status_from_files
 from pyspark_dstl.backend.lineage.latest import latest_writes
 from pyspark_dstl.backend.lineage.resolver import ReplayPlan
 from pyspark_dstl.backend.lineage.rules import HeaderMeta, MarkerCheck
 from pyspark_dstl.changelog import ChangeSet
-from pyspark_dstl.changelog.errors import ChangelogError, FormatError, ObjectNotFoundError
+from pyspark_dstl.changelog.changelog_errors import ChangelogError, FormatError, ObjectNotFoundError
+from pyspark_dstl.changelog.changelog_handle import ChangelogHandle, Segment
+from pyspark_dstl.changelog.changelog_service import ChangelogService, SyncReader
 from pyspark_dstl.changelog.files import FileHeader, LogInFile, read_file_log
-from pyspark_dstl.changelog.handle import ChangelogHandle, Segment
-from pyspark_dstl.changelog.storage_service import ChangelogStorage, SyncReader
 
 READ_GROUP_BYTES = 64 * 1024 * 1024
 COALESCE_BYTES = 32 * 1024 * 1024
@@ -82,7 +82,7 @@ def apply_change_set(writes: PendingWrites, change_set: ChangeSet, check: Marker
     stats.change_sets += 1
 
 
-def replay_handle(storage: ChangelogStorage, store_id: str, handle: ChangelogHandle,
+def replay_handle(storage: ChangelogService, store_id: str, handle: ChangelogHandle,
                   engine: Engine, check: MarkerCheck) -> ReplayStats:
     """Apply the handle's change sets in SQN order; finish the marker check."""
     stats = ReplayStats(files=len(handle.paths), bytes=handle.size)
@@ -108,7 +108,7 @@ def replay_handle(storage: ChangelogStorage, store_id: str, handle: ChangelogHan
     return stats
 
 
-def _start_read(storage: ChangelogStorage, reader: SyncReader,
+def _start_read(storage: ChangelogService, reader: SyncReader,
                 group: ChangelogHandle) -> Future[list[ChangeSet]]:
     try:
         return storage.loop.submit(reader.aread(group))
@@ -151,7 +151,7 @@ def _path_of(handle: ChangelogHandle, sqn: int) -> str:
     return next((s.path for s in handle.segments if s.from_sqn <= sqn < s.to_sqn), "?")
 
 
-def replay_files(storage: ChangelogStorage, store_id: str, plan: ReplayPlan, from_sqn: int,
+def replay_files(storage: ChangelogService, store_id: str, plan: ReplayPlan, from_sqn: int,
                  engine: Engine, check: MarkerCheck) -> tuple[ChangelogHandle, ReplayStats]:
     """Apply every file of the plan in order; return the handle of what was replayed.
 
@@ -202,7 +202,7 @@ def _check_completed(store_id: str, version: int, unique_id: str, header: FileHe
     require_checkpoint(store_id, version, unique_id, status_from_files(meta, path, sqns))
 
 
-def _read_log(storage: ChangelogStorage, store_id: str, version: int, path: str) -> LogInFile:
+def _read_log(storage: ChangelogService, store_id: str, version: int, path: str) -> LogInFile:
     try:
         return read_file_log(storage, path, store_id)
     except ObjectNotFoundError as exc:

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pyspark_dstl.backend.errors import CorruptCheckpointError, LineageError
+from pyspark_dstl.backend.backend_errors import CorruptCheckpointError, LineageError
 from pyspark_dstl.backend.lineage.completion import require_checkpoint, status_from_header
-from pyspark_dstl.backend.lineage.listing import list_store_dir
 from pyspark_dstl.backend.lineage.naming import store_dir
 from pyspark_dstl.backend.lineage.rules import HeaderMeta
-from pyspark_dstl.changelog.errors import ChangelogError, FormatError
+from pyspark_dstl.backend.lineage.store_listing import list_store_dir
+from pyspark_dstl.changelog.changelog_errors import ChangelogError, FormatError
+from pyspark_dstl.changelog.changelog_service import ChangelogService
 from pyspark_dstl.changelog.files import read_file_header
-from pyspark_dstl.changelog.storage_service import ChangelogStorage
 
 
 @dataclass
@@ -29,7 +29,7 @@ class StoreFiles:
     snapshots: dict[tuple[int, str], str] = field(default_factory=dict)
 
     @classmethod
-    def scan(cls, storage: ChangelogStorage, store_id: str) -> StoreFiles:
+    def scan(cls, storage: ChangelogService, store_id: str) -> StoreFiles:
         listing = list_store_dir(storage, store_id)
         files = cls()
         for name, info in listing.changelogs:  # sorted by part within one commit
@@ -54,7 +54,7 @@ class ReplayPlan:
         return (self.snapshot[0], self.snapshot[1]) if self.snapshot else (0, None)
 
 
-def read_header(storage: ChangelogStorage, store_id: str, path: str) -> HeaderMeta:
+def read_header(storage: ChangelogService, store_id: str, path: str) -> HeaderMeta:
     """The commit header of one changelog file (reads only its first bytes when it can)."""
     try:
         header = read_file_header(storage, path)
@@ -71,7 +71,7 @@ def read_header(storage: ChangelogStorage, store_id: str, path: str) -> HeaderMe
                                  f"of this store (logs: {[log.log_id for log in header.logs]})")
 
 
-def plan_replay(storage: ChangelogStorage, store_id: str, version: int,
+def plan_replay(storage: ChangelogService, store_id: str, version: int,
                 unique_id: str) -> ReplayPlan:
     files = StoreFiles.scan(storage, store_id)
     target = (version, unique_id)

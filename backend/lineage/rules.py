@@ -11,9 +11,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pyspark_dstl.backend.backend_errors import CorruptCheckpointError, LineageError
 from pyspark_dstl.backend.engines.records import VersionMarker
-from pyspark_dstl.backend.errors import CorruptCheckpointError, LineageError
-from pyspark_dstl.backend.lineage.checkpoint import Lineage
+from pyspark_dstl.backend.lineage.store_commit import Lineage
 from pyspark_dstl.core.errors import excerpt
 
 

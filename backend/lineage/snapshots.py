@@ -1,7 +1,7 @@
 """SnapshotTracker: the snapshot a store instance waits for, and which one a commit adopts.
 
 Two kinds: one this instance started (a future; at most one runs at a time, the materializer's
-rule), or one that another process started and the loaded CheckpointInfo reports as pending
+rule), or one that another process started and the loaded StoreCommit reports as pending
 (the store moved here meanwhile); while that one is awaited, each commit looks once (one HEAD)
 whether its manifest has landed. A commit adopts a finished snapshot unless it is older than
 not part of the instance's history or a file its manifest names is missing: a cleanup may
@@ -25,15 +25,15 @@ import time
 from concurrent.futures import Future, wait
 from typing import Protocol
 
+from pyspark_dstl.backend.backend_errors import BackendError
 from pyspark_dstl.backend.engines.base import Engine
-from pyspark_dstl.backend.errors import BackendError
 from pyspark_dstl.backend.lineage.context import RootContext
 from pyspark_dstl.backend.lineage.naming import snapshot_path
 from pyspark_dstl.backend.lineage.position import Position
-from pyspark_dstl.changelog.errors import ChangelogError, ObjectNotFoundError
-from pyspark_dstl.changelog.storage_service import ChangelogStorage
-from pyspark_dstl.materializer.errors import MaterializerError
-from pyspark_dstl.materializer.handle import MaterializedHandle, SnapshotRequest
+from pyspark_dstl.changelog.changelog_errors import ChangelogError, ObjectNotFoundError
+from pyspark_dstl.changelog.changelog_service import ChangelogService
+from pyspark_dstl.materializer.materialized_handle import MaterializedHandle, SnapshotRequest
+from pyspark_dstl.materializer.materializer_errors import MaterializerError
 from pyspark_dstl.materializer.upload.schedule import SnapshotDecision
 
 log = logging.getLogger(__name__)
@@ -252,7 +252,7 @@ class SnapshotTracker:
         self._checkpointing = None
 
 
-def _exists(storage: ChangelogStorage, path: str) -> bool:
+def _exists(storage: ChangelogService, path: str) -> bool:
     """One HEAD (with the storage's retry policy for transient failures)."""
     async def head() -> bool:
         try:

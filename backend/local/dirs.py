@@ -12,7 +12,7 @@ import os
 import shutil
 import time
 
-from pyspark_dstl.backend.errors import StoreLockedError
+from pyspark_dstl.backend.backend_errors import StoreLockedError
 from pyspark_dstl.backend.lineage.naming import split_store_id
 from pyspark_dstl.materializer.names import local_dir_name
 

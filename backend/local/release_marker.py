@@ -2,7 +2,7 @@
 
 A process that lets go of a store (its idle copy was asked for, or its provider closes) flushes
 RocksDB and then writes `released.json` into the instance directory, recording the
-CheckpointInfo the files hold. The next process of the host that loads exactly that
+StoreCommit the files hold. The next process of the host that loads exactly that
 (version, unique id) opens the directory instead of restoring from remote storage. It deletes
 the marker before it opens the DB for writing, so a crash halfway through a transaction can
 never leave a directory that claims a version it no longer holds. The marker is JSON with a
@@ -19,8 +19,8 @@ import os
 import uuid
 from typing import Any
 
-from pyspark_dstl.backend.errors import BackendError
-from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
+from pyspark_dstl.backend.backend_errors import BackendError
+from pyspark_dstl.backend.lineage.store_commit import StoreCommit
 
 log = logging.getLogger(__name__)
 MARKER_NAME = "released.json"
@@ -32,7 +32,7 @@ def _digest(info: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def write_marker(instance_dir: str, info: CheckpointInfo) -> None:
+def write_marker(instance_dir: str, info: StoreCommit) -> None:
     """Atomically (temp file, fsync, rename, fsync of the directory) record `info`."""
     body = info.to_dict()
     text = json.dumps({"format_version": MARKER_FORMAT_VERSION, "sha256": _digest(body),
@@ -52,7 +52,7 @@ def write_marker(instance_dir: str, info: CheckpointInfo) -> None:
     _sync_dir(instance_dir)
 
 
-def read_marker(instance_dir: str) -> CheckpointInfo | None:
+def read_marker(instance_dir: str) -> StoreCommit | None:
     """The info a released directory holds; None when there is no valid marker (a corrupt
     one is logged: the directory is then restored over, never reused)."""
     path = os.path.join(instance_dir, MARKER_NAME)
@@ -72,7 +72,7 @@ def read_marker(instance_dir: str) -> CheckpointInfo | None:
         body = data.get("info")
         if not isinstance(body, dict) or data.get("sha256") != _digest(body):
             raise ValueError("checksum mismatch")
-        return CheckpointInfo.from_dict(body)
+        return StoreCommit.from_dict(body)
     except (ValueError, BackendError) as exc:
         log.warning("release marker %r is invalid, not reusing its directory: %s", path, exc)
         return None
@@ -86,7 +86,7 @@ def remove_marker(instance_dir: str) -> None:
 
 
 def find_released(store_dir: str, version: int,
-                  unique_id: str) -> tuple[str, CheckpointInfo] | None:
+                  unique_id: str) -> tuple[str, StoreCommit] | None:
     """The instance directory released at exactly (version, unique id), with its marker's info.
 
     Only call it while holding the store's directory lock.
@@ -105,7 +105,7 @@ def find_released(store_dir: str, version: int,
     return None
 
 
-def same_checkpoint(a: CheckpointInfo, b: CheckpointInfo) -> bool:
+def same_checkpoint(a: StoreCommit, b: StoreCommit) -> bool:
     """True when both describe the same state: version, id, snapshot, lineage and changelog
     (the base id and the snapshot in flight are reports, not state)."""
     return (a.store_id == b.store_id and a.version == b.version and a.unique_id == b.unique_id

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pyspark_dstl.backend.errors import BackendError
+from pyspark_dstl.backend.backend_errors import BackendError
 from pyspark_dstl.backend.lineage.completion import AttemptStatus, status_from_header
-from pyspark_dstl.backend.lineage.listing import StoreDirListing
 from pyspark_dstl.backend.lineage.rules import HeaderMeta
-from pyspark_dstl.changelog.errors import ChangelogError
+from pyspark_dstl.backend.lineage.store_listing import StoreDirListing
+from pyspark_dstl.changelog.changelog_errors import ChangelogError
 from pyspark_dstl.changelog.files import FileHeader, read_file_header
 from pyspark_dstl.changelog.storage.base import ObjectInfo
 from pyspark_dstl.materializer.remote import RemoteFiles

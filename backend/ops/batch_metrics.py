@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
+from pyspark_dstl.backend.lineage.store_commit import StoreCommit
 from pyspark_dstl.changelog.metrics import LATENCY_BUCKETS
 
 # task stats entries that identify a task rather than measure it
@@ -121,8 +121,8 @@ def bucket_quantile(buckets: Mapping[str, int], q: float) -> float:
     return float(LATENCY_BUCKETS[-1])
 
 
-def snapshot_measures(infos: Mapping[int, CheckpointInfo],
-                      previous: Mapping[int, CheckpointInfo]) -> dict[str, float]:
+def snapshot_measures(infos: Mapping[int, StoreCommit],
+                      previous: Mapping[int, StoreCommit]) -> dict[str, float]:
     """Snapshots as the checkpoints name them: started at this commit (still uploading),
     newly adopted (a newer snapshot than the base names) and the bytes those uploaded."""
     started = adopted = uploaded = 0
@@ -140,8 +140,8 @@ def snapshot_measures(infos: Mapping[int, CheckpointInfo],
             "snapshot_bytes": uploaded}
 
 
-def batch_metrics(stats: Mapping[int, Mapping[str, Any]], infos: Mapping[int, CheckpointInfo],
-                  previous: Mapping[int, CheckpointInfo]) -> dict[str, float]:
+def batch_metrics(stats: Mapping[int, Mapping[str, Any]], infos: Mapping[int, StoreCommit],
+                  previous: Mapping[int, StoreCommit]) -> dict[str, float]:
     """Every per-batch metric of one stateful operator, by name."""
     tasks = list(stats.values())
     return {**task_measures(tasks), **upload_measures(tasks),

@@ -15,7 +15,7 @@ Manifests go before the data files they name, so a manifest never names a delete
 `verify` and an adopting commit check), even when a cleanup is killed halfway; a repeated run
 finds the data files by their version and deletes them then.
 
-Uploads killed halfway leave temp files that no listing shows (LocalObjectStore's '.tmp-*'), so no
+Uploads killed halfway leave temp files that no listing shows (LocalStorage's '.tmp-*'), so no
 reference rule can reach them: each cleaned store directory and the commit log directory are
 swept for such leftovers older than a grace period no live upload can reach.
 """
@@ -30,20 +30,20 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from pyspark_dstl.backend.errors import BackendError
+from pyspark_dstl.backend.backend_errors import BackendError
+from pyspark_dstl.backend.backend_settings import FencingSettings
 from pyspark_dstl.backend.faults import kill_point
 from pyspark_dstl.backend.fencing.lease import CheckpointLease, acquire, held_lease
-from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
 from pyspark_dstl.backend.lineage.commit_log import CommitEntry, CommitLog, WriteGuard
-from pyspark_dstl.backend.lineage.listing import StoreDirListing, list_stores
 from pyspark_dstl.backend.lineage.naming import store_dir
+from pyspark_dstl.backend.lineage.store_commit import StoreCommit
+from pyspark_dstl.backend.lineage.store_listing import StoreDirListing, list_stores
 from pyspark_dstl.backend.ops.attempts import attempts_of, read_newest_header
-from pyspark_dstl.backend.options import FencingOptions
-from pyspark_dstl.changelog.options import ChangelogOptions
+from pyspark_dstl.changelog.changelog_settings import ChangelogSettings
 from pyspark_dstl.changelog.storage.base import ObjectInfo
-from pyspark_dstl.materializer.errors import MaterializerError
-from pyspark_dstl.materializer.listing import aread_manifest
 from pyspark_dstl.materializer.manifest import SnapshotManifest
+from pyspark_dstl.materializer.manifest_listing import aread_manifest
+from pyspark_dstl.materializer.materializer_errors import MaterializerError
 from pyspark_dstl.materializer.names import parse_uploaded_version
 from pyspark_dstl.materializer.remote import RemoteFiles
 
@@ -54,10 +54,10 @@ INCOMPLETE_GRACE_ATTEMPTS = 10
 
 
 class CleanableFiles(RemoteFiles, Protocol):
-    """RemoteFiles plus what the cleanup needs from ChangelogStorage."""
+    """RemoteFiles plus what the cleanup needs from ChangelogService."""
 
     @property
-    def options(self) -> ChangelogOptions: ...
+    def options(self) -> ChangelogSettings: ...
 
     @property
     def url(self) -> str: ...
@@ -66,7 +66,7 @@ class CleanableFiles(RemoteFiles, Protocol):
                                          dry_run: bool = False) -> list[ObjectInfo]: ...
 
 
-def default_incomplete_grace(options: ChangelogOptions) -> float:
+def default_incomplete_grace(options: ChangelogSettings) -> float:
     """How old a temp file must be before it is taken for the leftover of a dead upload.
 
     An upload's temp file lives for one attempt (bounded by retry.attemptTimeout), though a
@@ -122,7 +122,7 @@ class Cleaner:
             raise BackendError(f"incomplete_grace must be a finite number of seconds >= 0, "
                                f"got {incomplete_grace!r}")
 
-    def run(self, entries: Sequence[CommitEntry], *, in_flight: Iterable[CheckpointInfo] = (),
+    def run(self, entries: Sequence[CommitEntry], *, in_flight: Iterable[StoreCommit] = (),
             commit_log: CommitLog | None = None, dry_run: bool = True,
             lease: WriteGuard | None = None) -> CleanupReport:
         """Clean every store the retained `entries` name; delete nothing when dry_run.
@@ -131,11 +131,11 @@ class Cleaner:
             raise BackendError("cleanup: deleting needs the lease of the run holding the "
                                "checkpoint")
         report = CleanupReport(dry_run, incomplete_grace=self._grace)
-        retained: dict[str, list[CheckpointInfo]] = {}
+        retained: dict[str, list[StoreCommit]] = {}
         for entry in entries:
             for info in entry.infos():
                 retained.setdefault(info.store_id, []).append(info)
-        extra: dict[str, list[CheckpointInfo]] = {}
+        extra: dict[str, list[StoreCommit]] = {}
         for info in in_flight:
             extra.setdefault(info.store_id, []).append(info)
         for store_id, listing in list_stores(self._storage).items():
@@ -159,8 +159,8 @@ class Cleaner:
             self._delete(report, lease)
         return report
 
-    def plan_store(self, listing: StoreDirListing, committed: list[CheckpointInfo],
-                   in_flight: list[CheckpointInfo]) -> StoreCleanup:
+    def plan_store(self, listing: StoreDirListing, committed: list[StoreCommit],
+                   in_flight: list[StoreCommit]) -> StoreCleanup:
         infos = committed + in_flight
         plan = StoreCleanup(listing.store_id, _floor(committed, infos))
         for info in infos:  # a reference count per file: how many retained things name it
@@ -239,7 +239,7 @@ class Cleaner:
                 [info.path for info in report.commit_entries]))
 
 
-def _floor(committed: list[CheckpointInfo], infos: list[CheckpointInfo]) -> int:
+def _floor(committed: list[StoreCommit], infos: list[StoreCommit]) -> int:
     """Oldest retained version, or the version of the snapshot the newest checkpoint reports
     in flight if older: uploading, or landed and not adopted yet (a later commit may still
     adopt it, so its manifest, and with it every file it names, stays)."""
@@ -259,10 +259,10 @@ def _kind(path: str) -> str:
 
 
 def cleanup_checkpoint(storage: CleanableFiles, retain: int, *, dry_run: bool = True,
-                       in_flight: Iterable[CheckpointInfo] = (),
+                       in_flight: Iterable[StoreCommit] = (),
                        incomplete_grace: float | None = None,
                        lease: CheckpointLease | None = None,
-                       fencing: FencingOptions | None = None) -> CleanupReport:
+                       fencing: FencingSettings | None = None) -> CleanupReport:
     """Keep the newest `retain` commit log entries and what they need; clean the rest.
 
     Temp files of uploads killed halfway, and attempts that never completed their commit, go
@@ -279,7 +279,7 @@ def cleanup_checkpoint(storage: CleanableFiles, retain: int, *, dry_run: bool = 
     held = lease or held_lease(storage)
     own = held is None
     if held is None:
-        held = acquire(storage, fencing or FencingOptions(), purpose="cleanup")
+        held = acquire(storage, fencing or FencingSettings(), purpose="cleanup")
     try:
         with held.use():
             return cleaner.run(commit_log.retained(retain), in_flight=in_flight,

@@ -8,16 +8,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyspark_dstl.backend.errors import BackendError, CommitLogError
+from pyspark_dstl.backend.backend_errors import BackendError, CommitLogError
 from pyspark_dstl.backend.fencing.lease import holder_of
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
-from pyspark_dstl.backend.lineage.listing import StoreDirListing, list_stores
+from pyspark_dstl.backend.lineage.store_listing import StoreDirListing, list_stores
 from pyspark_dstl.backend.ops.attempts import AttemptKey, attempts_of, read_newest_header
-from pyspark_dstl.backend.ops.layout import batch_layouts, format_layouts
 from pyspark_dstl.backend.ops.schema_records import (
     describe_schema_records,
     format_schema_records,
 )
+from pyspark_dstl.backend.rescale.layout import batch_layouts, format_layouts
 from pyspark_dstl.materializer.remote import RemoteFiles
 
 

@@ -1,6 +1,6 @@
 """`report`: one self-contained HTML page of plots over a checkpoint's committed batches.
 
-Everything comes from the checkpoint's own commit entries: the CheckpointInfo of every store
+Everything comes from the checkpoint's own commit entries: the StoreCommit of every store
 (changelog bytes, snapshots) and, for entries written since the metrics were recorded, the
 batch's metrics (`extra["metrics"]`, the names of docs/metrics.md). Plots are inline SVG drawn
 here, with no script and nothing fetched, so the page opens anywhere, offline.
@@ -13,9 +13,9 @@ import html
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
 from pyspark_dstl.backend.lineage.commit_entry import CommitEntry
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
+from pyspark_dstl.backend.lineage.store_commit import StoreCommit
 from pyspark_dstl.backend.ops.batch_metrics import snapshot_measures
 from pyspark_dstl.materializer.remote import RemoteFiles
 
@@ -38,7 +38,7 @@ def batch_rows(entries: Sequence[CommitEntry]) -> list[BatchRow]:
     """Rows in batch order; changelog and snapshot figures come from the infos themselves, so
     entries written before metrics were recorded still plot those."""
     rows: list[BatchRow] = []
-    previous: dict[str, Mapping[int, CheckpointInfo]] = {}
+    previous: dict[str, Mapping[int, StoreCommit]] = {}
     for entry in sorted(entries, key=lambda e: e.batch_id):
         recorded = dict(entry.extra.get("metrics") or {})
         if "stage_seconds" in entry.extra:

@@ -2,23 +2,23 @@
 
 from __future__ import annotations
 
-from pyspark_dstl.backend.errors import BackendError
+from pyspark_dstl.backend.backend_errors import BackendError
 from pyspark_dstl.backend.fencing.epochs import EPOCHS_PREFIX
 from pyspark_dstl.backend.lineage.commit_log import COMMITS_PREFIX
 from pyspark_dstl.backend.lineage.naming import STATE_PREFIX
-from pyspark_dstl.changelog.storage.local import LocalObjectStore
-from pyspark_dstl.changelog.storage_service import ChangelogStorage
+from pyspark_dstl.changelog.changelog_service import ChangelogService
+from pyspark_dstl.changelog.storage.local import LocalStorage
 
 
 class NoCheckpointError(BackendError):
     """The root does not exist or holds no checkpoint file; names the root."""
 
 
-def require_checkpoint(storage: ChangelogStorage) -> None:
+def require_checkpoint(storage: ChangelogService) -> None:
     """NoCheckpointError unless the root holds a commit log entry, a store file or an epoch
     file (the cheap listings first: commits/, then epochs/, then state/)."""
     store = storage.store
-    if isinstance(store, LocalObjectStore) and not store.root.is_dir():
+    if isinstance(store, LocalStorage) and not store.root.is_dir():
         raise NoCheckpointError(f"checkpoint {storage.url}: {str(store.root)!r} does not exist "
                                 f"or is not a directory")
     for prefix in (COMMITS_PREFIX, EPOCHS_PREFIX, STATE_PREFIX):

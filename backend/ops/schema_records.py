@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pyspark_dstl.backend.lineage.commit_entry import CommitEntry
-from pyspark_dstl.changelog.errors import ChangelogError
+from pyspark_dstl.changelog.changelog_errors import ChangelogError
 from pyspark_dstl.core.checksummed_json import RecordKind
 from pyspark_dstl.core.errors import excerpt
 from pyspark_dstl.materializer.remote import RemoteFiles

@@ -14,21 +14,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pyspark_dstl.backend.errors import BackendError
+from pyspark_dstl.backend.backend_errors import BackendError
 from pyspark_dstl.backend.lineage.commit_entry import CommitEntry, Fence, decode_record
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
 from pyspark_dstl.backend.lineage.completion import status_from_files
-from pyspark_dstl.backend.lineage.listing import StoreDirListing, list_stores
 from pyspark_dstl.backend.lineage.naming import snapshot_path
 from pyspark_dstl.backend.lineage.rules import HeaderMeta
+from pyspark_dstl.backend.lineage.store_listing import StoreDirListing, list_stores
 from pyspark_dstl.backend.ops.attempts import StorageSource, attempts_of
 from pyspark_dstl.backend.ops.schema_records import schema_record_problems
-from pyspark_dstl.changelog.errors import ChangelogError
+from pyspark_dstl.changelog.changelog_errors import ChangelogError
 from pyspark_dstl.changelog.files import read_file_log
 from pyspark_dstl.materializer.checksum import crc32_of
-from pyspark_dstl.materializer.errors import MaterializerError
-from pyspark_dstl.materializer.listing import aread_manifest
 from pyspark_dstl.materializer.manifest import SnapshotManifest
+from pyspark_dstl.materializer.manifest_listing import aread_manifest
+from pyspark_dstl.materializer.materializer_errors import MaterializerError
 from pyspark_dstl.materializer.remote import RemoteFiles
 
 

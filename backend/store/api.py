@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pyspark_dstl.backend.engines.records import DEFAULT_CF
-from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
+from pyspark_dstl.backend.lineage.store_commit import StoreCommit
 
 if TYPE_CHECKING:
     from pyspark_dstl.backend.lineage.context import RootContext
@@ -82,7 +82,7 @@ class StateStore(ABC):
         """Column families holding at least one key."""
 
     @abstractmethod
-    def commit(self, *, materialize: bool = False) -> CheckpointInfo:
+    def commit(self, *, materialize: bool = False) -> StoreCommit:
         """Make the transaction durable as version + 1. `materialize` also snapshots at once
         and builds the checkpoint on that snapshot (before a migration, or to bound replay)."""
 
@@ -104,9 +104,9 @@ class StateStoreProvider(ABC):
 
     @abstractmethod
     def get_store(self, version: int,
-                  unique_id: str | CheckpointInfo | None = None) -> StateStore:
+                  unique_id: str | StoreCommit | None = None) -> StateStore:
         """A store at `version`: by (version, unique id) from the store's own files, or by
-        the CheckpointInfo a commit returned. Version 0 without an id is the empty store."""
+        the StoreCommit a commit returned. Version 0 without an id is the empty store."""
 
     @abstractmethod
     def do_maintenance(self) -> None:

@@ -16,8 +16,8 @@ import logging
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
+from pyspark_dstl.backend.backend_errors import BackendError
 from pyspark_dstl.backend.engines.base import BlockWrite, Engine
-from pyspark_dstl.backend.errors import BackendError
 
 log = logging.getLogger(__name__)
 

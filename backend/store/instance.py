@@ -14,24 +14,24 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
+from pyspark_dstl.backend.backend_errors import BackendError
 from pyspark_dstl.backend.engines.base import BlockWrite, Engine
 from pyspark_dstl.backend.engines.columns import encode_blocks, table_blocks
 from pyspark_dstl.backend.engines.records import VersionMarker
-from pyspark_dstl.backend.errors import BackendError
 from pyspark_dstl.backend.faults import kill_point
-from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo, Lineage
 from pyspark_dstl.backend.lineage.context import RootContext
 from pyspark_dstl.backend.lineage.naming import checkpoint_label, split_store_id
 from pyspark_dstl.backend.lineage.position import Position
 from pyspark_dstl.backend.lineage.rules import EARLY, FinalMark, HeaderMeta, SnapshotRef
 from pyspark_dstl.backend.lineage.snapshots import SnapshotId, SnapshotTracker
+from pyspark_dstl.backend.lineage.store_commit import Lineage, StoreCommit
 from pyspark_dstl.backend.local.release_marker import remove_marker, write_marker
 from pyspark_dstl.backend.store.engine_writer import EngineCatchUp
 from pyspark_dstl.backend.store.txcache import TransactionCache
-from pyspark_dstl.changelog.errors import ChangelogError
-from pyspark_dstl.changelog.handle import ChangelogHandle
+from pyspark_dstl.changelog.changelog_errors import ChangelogError
+from pyspark_dstl.changelog.changelog_handle import ChangelogHandle
 from pyspark_dstl.changelog.writer import ChangelogWriter
-from pyspark_dstl.materializer.handle import MaterializedHandle
+from pyspark_dstl.materializer.materialized_handle import MaterializedHandle
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +135,7 @@ class StoreInstance:
         return persisting, writes
 
     def commit(self, marker: VersionMarker, cache: TransactionCache,
-               materialize: bool = False) -> CheckpointInfo:
+               materialize: bool = False) -> StoreCommit:
         """Final flush, durable changelog, snapshot bookkeeping; returns the checkpoint info.
         The changelog is durable on return; with `background_engine_write` (the default) the
         engine write starts then and whatever next uses the engine waits for it."""
@@ -181,7 +181,7 @@ class StoreInstance:
         self.metrics.last_commit_seconds = time.monotonic() - started
         return self.info(marker.base_unique_id)
 
-    def commit_snapshot_only(self, marker: VersionMarker) -> CheckpointInfo:
+    def commit_snapshot_only(self, marker: VersionMarker) -> StoreCommit:
         """Commit what was ingested into the engine as one synchronous snapshot and nothing
         else: the first version of a store a rescale filled, built on no earlier version. No
         changelog file is written; the manifest, uploaded last, completes the commit."""
@@ -210,11 +210,11 @@ class StoreInstance:
 
     # --- reporting and shutdown -----------------------------------------------------------------
 
-    def info(self, base_unique_id: str | None) -> CheckpointInfo:
+    def info(self, base_unique_id: str | None) -> StoreCommit:
         position = self.position
         if position.unique_id is None:
             raise BackendError(f"store {self.store_id!r}: version 0 has no checkpoint info")
-        return CheckpointInfo(self.store_id, position.version, position.unique_id,
+        return StoreCommit(self.store_id, position.version, position.unique_id,
                               base_unique_id, position.handle, position.materialized,
                               position.lineage, self.snapshots.in_flight)
 

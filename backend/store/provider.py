@@ -3,7 +3,7 @@
 Loading order: the open instance when it is at exactly that version and id and clean (no I/O);
 otherwise a directory another process of the host released at exactly that version and id
 (release_marker.py; no remote I/O either); otherwise a fresh instance directory, restored from
-the CheckpointInfo (snapshot + changelog handle) or, given only the id, from the store's own
+the StoreCommit (snapshot + changelog handle) or, given only the id, from the store's own
 files (see resolver.py). Subclasses choose the engine.
 """
 
@@ -17,9 +17,8 @@ from abc import abstractmethod
 from collections.abc import Callable
 from typing import Any
 
+from pyspark_dstl.backend.backend_errors import ProviderError, StateStoreClosedError, StoreIdError
 from pyspark_dstl.backend.engines.base import Engine
-from pyspark_dstl.backend.errors import ProviderError, StateStoreClosedError, StoreIdError
-from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
 from pyspark_dstl.backend.lineage.context import RootContext
 from pyspark_dstl.backend.lineage.loader import StoreLoader
 from pyspark_dstl.backend.lineage.naming import (
@@ -29,6 +28,7 @@ from pyspark_dstl.backend.lineage.naming import (
     split_store_id,
     store_dir,
 )
+from pyspark_dstl.backend.lineage.store_commit import StoreCommit
 from pyspark_dstl.backend.local.dirs import StoreDirLock
 from pyspark_dstl.backend.store.api import StateStoreProvider
 from pyspark_dstl.backend.store.instance import StoreInstance
@@ -80,7 +80,7 @@ class ChangelogProvider(StateStoreProvider):
     # --- the API --------------------------------------------------------------------------------
 
     def get_store(self, version: int,
-                  unique_id: str | CheckpointInfo | None = None) -> ChangelogStateStore:
+                  unique_id: str | StoreCommit | None = None) -> ChangelogStateStore:
         return self._open(version, unique_id, None)
 
     def get_empty_store_after(self, version: int) -> ChangelogStateStore:
@@ -100,7 +100,7 @@ class ChangelogProvider(StateStoreProvider):
         store._started_from_copy()
         return store
 
-    def _open(self, version: int, unique_id: str | CheckpointInfo | None,
+    def _open(self, version: int, unique_id: str | StoreCommit | None,
               empty_after: int | None,
               seed: Callable[[str], None] | None = None) -> ChangelogStateStore:
         with self._mutex:
@@ -161,10 +161,10 @@ class ChangelogProvider(StateStoreProvider):
 
     # --- loading --------------------------------------------------------------------------------
 
-    def _target(self, version: int, unique_id: str | CheckpointInfo | None,
-                ) -> tuple[CheckpointInfo | None, str | None]:
+    def _target(self, version: int, unique_id: str | StoreCommit | None,
+                ) -> tuple[StoreCommit | None, str | None]:
         check_version(version)
-        if isinstance(unique_id, CheckpointInfo):
+        if isinstance(unique_id, StoreCommit):
             info = unique_id
             if info.store_id != self._store_id or info.version != version:
                 raise StoreIdError(f"store {self._store_id!r}: asked for version {version} "
@@ -181,7 +181,7 @@ class ChangelogProvider(StateStoreProvider):
                                f"has no unique id (got {unique_id!r})")
         return None, check_unique_id(unique_id)
 
-    def _load(self, version: int, unique_id: str | None, info: CheckpointInfo | None,
+    def _load(self, version: int, unique_id: str | None, info: StoreCommit | None,
               seed: Callable[[str], None] | None = None) -> dict[str, Any]:
         """A released directory at exactly this version taken over, or else a fresh
         instance directory (older ones removed) restored from the checkpoint; new writer."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-from pyspark_dstl.backend.errors import ProviderError
+from pyspark_dstl.backend.backend_errors import ProviderError
 from pyspark_dstl.backend.store.api import StateStoreProvider
 
 

@@ -1,6 +1,6 @@
 """StateBackend: the per-process owner of storages, materializers and providers.
 
-One ChangelogStorage and one Materializer per checkpoint root, created on first use, so all
+One ChangelogService and one Materializer per checkpoint root, created on first use, so all
 stores of a root share one upload scheduler (one file per drain and directory), one connection
 pool and one snapshot worker pool. Closing it waits for uploads and snapshots in flight.
 """
@@ -12,16 +12,16 @@ import threading
 from collections.abc import Callable
 from types import TracebackType
 
+from pyspark_dstl.backend.backend_errors import StateStoreClosedError
+from pyspark_dstl.backend.backend_settings import BackendSettings
 from pyspark_dstl.backend.engines.rocksdb import RocksDBSettings
-from pyspark_dstl.backend.errors import StateStoreClosedError
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
 from pyspark_dstl.backend.lineage.context import RootContext
 from pyspark_dstl.backend.lineage.naming import make_store_id
 from pyspark_dstl.backend.local.dirs import root_dir
-from pyspark_dstl.backend.options import BackendOptions
 from pyspark_dstl.backend.store.api import StateStoreProvider
 from pyspark_dstl.backend.store.registry import load_provider_class
-from pyspark_dstl.changelog.storage_service import ChangelogStorage
+from pyspark_dstl.changelog.changelog_service import ChangelogService
 from pyspark_dstl.materializer.checksum import ChecksumCache
 from pyspark_dstl.materializer.materializer import Materializer
 
@@ -29,10 +29,10 @@ MATERIALIZER_DIR = "materializer"
 
 
 class StateBackend:
-    def __init__(self, options: BackendOptions | None = None, *,
+    def __init__(self, options: BackendSettings | None = None, *,
                  checksums: ChecksumCache | None = None) -> None:
         """`checksums`: shared with another backend's materializers (see Materializer)."""
-        self.options = options or BackendOptions()
+        self.options = options or BackendSettings()
         self._checksums = checksums
         self._provider_class = load_provider_class(self.options.provider_class)
         self._rocksdb = RocksDBSettings.from_options(self.options)
@@ -53,7 +53,7 @@ class StateBackend:
 
     def _open_root(self, url: str) -> RootContext:
         local_root = root_dir(self.options.local_dir, url)
-        storage = ChangelogStorage(url, self.options.changelog)
+        storage = ChangelogService(url, self.options.changelog)
         try:
             materializer = Materializer(storage, self.options.materialization,
                                         os.path.join(local_root, MATERIALIZER_DIR),

@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from pyspark_dstl.backend.backend_errors import StateStoreClosedError
 from pyspark_dstl.backend.engines.records import DEFAULT_CF, VersionMarker, cf_prefix, prefix_end
-from pyspark_dstl.backend.errors import StateStoreClosedError
-from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
+from pyspark_dstl.backend.lineage.store_commit import StoreCommit
 from pyspark_dstl.backend.store.api import BytesColumn, StateStore, bytes_column
 from pyspark_dstl.backend.store.instance import StoreInstance
 from pyspark_dstl.backend.store.txcache import ABSENT, TransactionCache
@@ -37,7 +37,7 @@ class ChangelogStateStore(StateStore):
         self._flushed = False
         self._load_metrics = dict(load_metrics)
         self._on_end = on_end
-        self._info: CheckpointInfo | None = None
+        self._info: StoreCommit | None = None
         self._records_before = instance.metrics.records
         self._removed_before = instance.metrics.removed
         self._ingested = 0  # keys written by ingest(): the commit must be a snapshot
@@ -282,7 +282,7 @@ class ChangelogStateStore(StateStore):
         """The engine began as a copy of another store's (provider): commit as a snapshot."""
         self._flushed = self._bulk = True
 
-    def commit(self, *, materialize: bool = False) -> CheckpointInfo:
+    def commit(self, *, materialize: bool = False) -> StoreCommit:
         self._check_open()
         if self._bulk and (not materialize or len(self._cache)):
             self.abort()

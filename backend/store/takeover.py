@@ -1,7 +1,7 @@
 """Taking over a store directory that another process of the host released, with no remote I/O.
 
 Only a directory whose release marker names exactly the requested (version, unique id) is
-taken, and only when the shipped CheckpointInfo (if any) describes the same state; the marker
+taken, and only when the shipped StoreCommit (if any) describes the same state; the marker
 is deleted before the DB is opened for writing. Anything else returns None: the caller
 restores from the checkpoint and removes the stale directories.
 """
@@ -13,12 +13,12 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from pyspark_dstl.backend.backend_errors import BackendError
 from pyspark_dstl.backend.engines.base import Engine
-from pyspark_dstl.backend.errors import BackendError
-from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
 from pyspark_dstl.backend.lineage.context import RootContext
 from pyspark_dstl.backend.lineage.naming import store_dir
 from pyspark_dstl.backend.lineage.position import Position
+from pyspark_dstl.backend.lineage.store_commit import StoreCommit
 from pyspark_dstl.backend.local.dirs import StoreDirLock
 from pyspark_dstl.backend.local.release_marker import find_released, remove_marker, same_checkpoint
 from pyspark_dstl.backend.store.instance import StoreInstance
@@ -31,7 +31,7 @@ LOAD_METRICS: dict[str, Any] = {
 
 
 def take_over(context: RootContext, store_id: str, lock: StoreDirLock, version: int,
-              unique_id: str, info: CheckpointInfo | None,
+              unique_id: str, info: StoreCommit | None,
               reopen: Callable[[str], Engine | None]) -> StoreInstance | None:
     """An instance on the directory released at (version, unique id); call with the lock held.
 

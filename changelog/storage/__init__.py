@@ -1,6 +1,6 @@
 """Storage backends behind one URL: file://, memory://, s3:// natively, other fsspec protocols.
 
-`OBJECT_STORE_FACTORIES` maps a URL scheme to the function that opens its store; a scheme not in it
+`STORAGE_FACTORIES` maps a URL scheme to the function that opens its store; a scheme not in it
 goes to fsspec, and one fsspec does not know either fails naming the URL. A new backend is its
 store class plus one entry here.
 """
@@ -14,34 +14,34 @@ from urllib.parse import SplitResult, unquote, urlsplit
 
 import fsspec
 
-from pyspark_dstl.changelog.errors import StorageError, UnsupportedStorageError
+from pyspark_dstl.changelog.changelog_errors import StorageError, UnsupportedStorageError
 from pyspark_dstl.changelog.storage.base import (
     ObjectInfo,
-    ObjectStore,
+    Storage,
     check_key,
     join_key,
     md5_hex,
 )
-from pyspark_dstl.changelog.storage.fsspec_store import FsspecObjectStore, NonAtomicStorageWarning
-from pyspark_dstl.changelog.storage.local import LocalObjectStore
-from pyspark_dstl.changelog.storage.memory import MemoryObjectStore
-from pyspark_dstl.changelog.storage.options import ConnectionNeeds, StorageOptions
+from pyspark_dstl.changelog.storage.fsspec_storage import FsspecStorage, NonAtomicStorageWarning
+from pyspark_dstl.changelog.storage.local import LocalStorage
+from pyspark_dstl.changelog.storage.memory import MemoryStorage
+from pyspark_dstl.changelog.storage.storage_settings import ConnectionNeeds, StorageSettings
 
 if TYPE_CHECKING:
-    from pyspark_dstl.changelog.options import ChangelogOptions
-    from pyspark_dstl.changelog.storage.s3 import S3ObjectStore
+    from pyspark_dstl.changelog.changelog_settings import ChangelogSettings
+    from pyspark_dstl.changelog.storage.s3 import S3Storage
 
 __all__ = [
-    "OBJECT_STORE_FACTORIES",
+    "STORAGE_FACTORIES",
     "ConnectionNeeds",
-    "FsspecObjectStore",
-    "LocalObjectStore",
-    "MemoryObjectStore",
+    "FsspecStorage",
+    "LocalStorage",
+    "MemoryStorage",
     "NonAtomicStorageWarning",
     "ObjectInfo",
-    "ObjectStore",
-    "S3ObjectStore",
-    "StorageOptions",
+    "S3Storage",
+    "Storage",
+    "StorageSettings",
     "StoreFactory",
     "check_key",
     "join_key",
@@ -49,29 +49,29 @@ __all__ = [
     "open_storage",
 ]
 
-StoreFactory = Callable[[str, SplitResult, StorageOptions, ConnectionNeeds], ObjectStore]
+StoreFactory = Callable[[str, SplitResult, StorageSettings, ConnectionNeeds], Storage]
 """(url, its parts, connection settings, what the changelog asks of them) -> the store."""
 
 
-def open_storage(url: str, options: ChangelogOptions) -> ObjectStore:
+def open_storage(url: str, options: ChangelogSettings) -> Storage:
     """The store for `url`; an unknown scheme raises UnsupportedStorageError naming the URL."""
     parts = urlsplit(url)
-    factory = OBJECT_STORE_FACTORIES.get(parts.scheme.lower(), _open_fsspec)
+    factory = STORAGE_FACTORIES.get(parts.scheme.lower(), _open_fsspec)
     return factory(url, parts, options.storage, options.connection_needs)
 
 
-def _open_path(url: str, parts: SplitResult, storage: StorageOptions,
-               needs: ConnectionNeeds) -> ObjectStore:
-    return LocalObjectStore(_local_path(url, url))
+def _open_path(url: str, parts: SplitResult, storage: StorageSettings,
+               needs: ConnectionNeeds) -> Storage:
+    return LocalStorage(_local_path(url, url))
 
 
-def _open_file(url: str, parts: SplitResult, storage: StorageOptions,
-               needs: ConnectionNeeds) -> ObjectStore:
+def _open_file(url: str, parts: SplitResult, storage: StorageSettings,
+               needs: ConnectionNeeds) -> Storage:
     if parts.netloc not in ("", "localhost"):
         raise UnsupportedStorageError(
             f"storage URL {url!r}: file URLs naming another host are not supported; write "
             f"file:///path (three slashes) for a local path, or use s3:// for shared storage")
-    return LocalObjectStore(_local_path(url, unquote(parts.path)))
+    return LocalStorage(_local_path(url, unquote(parts.path)))
 
 
 def _local_path(url: str, path: str) -> str:
@@ -85,29 +85,29 @@ def _local_path(url: str, path: str) -> str:
     return path
 
 
-def _open_memory(url: str, parts: SplitResult, storage: StorageOptions,
-                 needs: ConnectionNeeds) -> ObjectStore:
-    return _named(url, parts, MemoryObjectStore)
+def _open_memory(url: str, parts: SplitResult, storage: StorageSettings,
+                 needs: ConnectionNeeds) -> Storage:
+    return _named(url, parts, MemoryStorage)
 
 
-def _open_s3(url: str, parts: SplitResult, storage: StorageOptions,
-             needs: ConnectionNeeds) -> ObjectStore:
-    from pyspark_dstl.changelog.storage.s3 import S3ObjectStore  # botocore only when used
+def _open_s3(url: str, parts: SplitResult, storage: StorageSettings,
+             needs: ConnectionNeeds) -> Storage:
+    from pyspark_dstl.changelog.storage.s3 import S3Storage  # botocore only when used
 
-    return _named(url, parts, lambda bucket, prefix: S3ObjectStore(bucket, prefix, storage, needs))
+    return _named(url, parts, lambda bucket, prefix: S3Storage(bucket, prefix, storage, needs))
 
 
 def __getattr__(name: str) -> object:
-    """`S3ObjectStore` on first use: its S3 client libraries take a fifth of a second to import,
+    """`S3Storage` on first use: its S3 client libraries take a fifth of a second to import,
     which every process that opens only local storage (Python workers, the CLI) would pay."""
-    if name == "S3ObjectStore":
-        from pyspark_dstl.changelog.storage.s3 import S3ObjectStore
+    if name == "S3Storage":
+        from pyspark_dstl.changelog.storage.s3 import S3Storage
 
-        return S3ObjectStore
+        return S3Storage
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _named(url: str, parts: SplitResult, make: Callable[[str, str], ObjectStore]) -> ObjectStore:
+def _named(url: str, parts: SplitResult, make: Callable[[str, str], Storage]) -> Storage:
     """A store named after '//' (bucket, memory space) with an optional path prefix."""
     if not parts.netloc:
         raise UnsupportedStorageError(f"storage URL {url!r}: missing the name after '//'; write "
@@ -118,8 +118,8 @@ def _named(url: str, parts: SplitResult, make: Callable[[str, str], ObjectStore]
         raise UnsupportedStorageError(f"storage URL {url!r}: invalid path: {exc}") from exc
 
 
-def _open_fsspec(url: str, parts: SplitResult, storage: StorageOptions,
-                 needs: ConnectionNeeds) -> ObjectStore:
+def _open_fsspec(url: str, parts: SplitResult, storage: StorageSettings,
+                 needs: ConnectionNeeds) -> Storage:
     scheme = parts.scheme.lower()
     try:
         fsspec.get_filesystem_class(scheme)
@@ -133,10 +133,10 @@ def _open_fsspec(url: str, parts: SplitResult, storage: StorageOptions,
         raise UnsupportedStorageError(
             f"storage URL {url!r}: cannot open the {scheme!r} file system ({exc}); check the "
             f"URL and that package's credentials and settings") from exc
-    return FsspecObjectStore(fs, root, url)
+    return FsspecStorage(fs, root, url)
 
 
-OBJECT_STORE_FACTORIES: dict[str, StoreFactory] = {
+STORAGE_FACTORIES: dict[str, StoreFactory] = {
     "": _open_path,
     "file": _open_file,
     "memory": _open_memory,

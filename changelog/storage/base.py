@@ -1,4 +1,4 @@
-"""ObjectStore: the few async operations the log needs from any storage, all create-only."""
+"""Storage: the few async operations the log needs from any storage, all create-only."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-from pyspark_dstl.changelog.errors import ObjectNotFoundError, PermanentStorageError
+from pyspark_dstl.changelog.changelog_errors import ObjectNotFoundError, PermanentStorageError
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ def join_key(*parts: str) -> str:
     return "/".join(p.strip("/") for p in parts if p and p.strip("/"))
 
 
-class ObjectStore(ABC):
+class Storage(ABC):
     """Keys are '/'-separated paths relative to `root_url`; writes never overwrite."""
 
     root_url: str

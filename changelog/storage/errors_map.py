@@ -16,7 +16,7 @@ from botocore.exceptions import (
     ConnectionError as BotoConnectionError,
 )
 
-from pyspark_dstl.changelog.errors import (
+from pyspark_dstl.changelog.changelog_errors import (
     ObjectExistsError,
     ObjectNotFoundError,
     PermanentStorageError,

@@ -1,4 +1,4 @@
-"""LocalObjectStore: a directory tree; create-only through a hard link, which never replaces a file.
+"""LocalStorage: a directory tree; create-only through a hard link, which never replaces a file.
 
 A temp file is written and fsynced first, then linked to the final name: the final name either
 does not exist or holds the complete bytes. Blocking calls run in worker threads.
@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
-from pyspark_dstl.changelog.errors import (
+from pyspark_dstl.changelog.changelog_errors import (
     ObjectExistsError,
     ObjectNotFoundError,
     PermanentStorageError,
@@ -27,7 +27,7 @@ from pyspark_dstl.changelog.errors import (
 )
 from pyspark_dstl.changelog.storage.base import (
     ObjectInfo,
-    ObjectStore,
+    Storage,
     check_grace,
     check_key,
     check_range,
@@ -40,7 +40,7 @@ _NO_LINK_ERRNOS = {errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV}
 T = TypeVar("T")
 
 
-class LocalObjectStore(ObjectStore):
+class LocalStorage(Storage):
     """Objects are files under `root`; keys map to relative paths."""
 
     def __init__(self, root: str | os.PathLike[str]) -> None:

@@ -1,4 +1,4 @@
-"""MemoryObjectStore: objects in a process-global dict per name, so two opens of one URL share them.
+"""MemoryStorage: objects in a process-global dict per name, so two opens of one URL share them.
 
 Meant for tests and single-process experiments: nothing survives the process.
 """
@@ -8,10 +8,10 @@ from __future__ import annotations
 import builtins
 import threading
 
-from pyspark_dstl.changelog.errors import ObjectExistsError, ObjectNotFoundError
+from pyspark_dstl.changelog.changelog_errors import ObjectExistsError, ObjectNotFoundError
 from pyspark_dstl.changelog.storage.base import (
     ObjectInfo,
-    ObjectStore,
+    Storage,
     check_key,
     check_range,
     md5_hex,
@@ -38,7 +38,7 @@ def _space(name: str) -> _Space:
         return space
 
 
-class MemoryObjectStore(ObjectStore):
+class MemoryStorage(Storage):
     """`memory://name[/prefix]`; keys live under `prefix` inside the named space."""
 
     def __init__(self, name: str, prefix: str = "") -> None:

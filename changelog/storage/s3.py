@@ -1,4 +1,4 @@
-"""S3ObjectStore: native aiobotocore client; create-only with `IfNoneMatch="*"`, no hidden retries.
+"""S3Storage: native aiobotocore client; create-only with `IfNoneMatch="*"`, no hidden retries.
 
 Exactly one layer may retry (the uploader), so botocore's retries are off and aiohttp's silent
 resend of idempotent requests on a dropped keep-alive connection is off too: a PUT whose answer
@@ -23,7 +23,7 @@ from aiobotocore.session import AioSession, get_session
 from botocore.exceptions import ClientError
 from botocore.loaders import Loader, create_loader
 
-from pyspark_dstl.changelog.errors import (
+from pyspark_dstl.changelog.changelog_errors import (
     ChangelogError,
     ObjectExistsError,
     ObjectNotFoundError,
@@ -32,16 +32,16 @@ from pyspark_dstl.changelog.errors import (
 )
 from pyspark_dstl.changelog.storage.base import (
     ObjectInfo,
-    ObjectStore,
+    Storage,
     check_key,
     check_range,
     md5_hex,
 )
 from pyspark_dstl.changelog.storage.errors_map import error_code, map_s3_error
-from pyspark_dstl.changelog.storage.options import (
+from pyspark_dstl.changelog.storage.storage_settings import (
     DEFAULT_REGION,
     ConnectionNeeds,
-    StorageOptions,
+    StorageSettings,
 )
 
 DELETE_BATCH = 1000
@@ -67,7 +67,7 @@ class NoResendHTTPSession(AIOHTTPSession):
         session: aiohttp.ClientSession = await super()._get_session(proxy_url)
         if not hasattr(session, "_retry_connection"):
             raise ChangelogError("this aiohttp version has no _retry_connection switch; "
-                                 "S3ObjectStore cannot turn off its hidden resends")
+                                 "S3Storage cannot turn off its hidden resends")
         session._retry_connection = False
         return session
 
@@ -78,17 +78,17 @@ def _no_expect_continue(params: dict[str, Any], **_: Any) -> None:
     params.get("headers", {}).pop("Expect", None)
 
 
-class S3ObjectStore(ObjectStore):
+class S3Storage(Storage):
     """`s3://bucket[/prefix]`; keys are stored as `prefix/key`."""
 
-    def __init__(self, bucket: str, prefix: str, storage: StorageOptions | None = None,
+    def __init__(self, bucket: str, prefix: str, storage: StorageSettings | None = None,
                  needs: ConnectionNeeds | None = None) -> None:
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         if self.prefix:
             check_key(self.prefix)
         self.root_url = f"s3://{bucket}" + (f"/{self.prefix}" if self.prefix else "")
-        self.storage = storage or StorageOptions()
+        self.storage = storage or StorageSettings()
         self.needs = needs or ConnectionNeeds()
         self.delete_batch = DELETE_BATCH  # keys per DeleteObjects request (S3's maximum)
         self._client: Any = None

@@ -13,9 +13,9 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from pyspark_dstl.changelog.errors import TransientStorageError
+from pyspark_dstl.changelog.changelog_errors import TransientStorageError
+from pyspark_dstl.changelog.changelog_settings import ChangelogSettings
 from pyspark_dstl.changelog.metrics import ChangelogMetrics, quantile
-from pyspark_dstl.changelog.options import ChangelogOptions
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -25,7 +25,7 @@ WINDOW = 1000
 class LatencyTracker:
     """Latencies of recent successful uploads; a quantile of them sets the hedge delay."""
 
-    def __init__(self, options: ChangelogOptions, window: int = WINDOW) -> None:
+    def __init__(self, options: ChangelogSettings, window: int = WINDOW) -> None:
         self.quantile = options.hedge_quantile
         self.min_delay = options.hedge_min_delay
         self.max_delay = options.hedge_max_delay

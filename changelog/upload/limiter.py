@@ -14,7 +14,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from pyspark_dstl.changelog.errors import ChangelogError, WriterClosedError
+from pyspark_dstl.changelog.changelog_errors import ChangelogError, WriterClosedError
 from pyspark_dstl.changelog.metrics import ChangelogMetrics
 
 

@@ -19,9 +19,9 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from pyspark_dstl.changelog.errors import TransientStorageError
+from pyspark_dstl.changelog.changelog_errors import TransientStorageError
+from pyspark_dstl.changelog.changelog_settings import ChangelogSettings
 from pyspark_dstl.changelog.metrics import ChangelogMetrics
-from pyspark_dstl.changelog.options import ChangelogOptions
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -34,7 +34,7 @@ class RetryPolicy:
     repeating them cannot change the answer.
     """
 
-    def __init__(self, options: ChangelogOptions, metrics: ChangelogMetrics | None = None) -> None:
+    def __init__(self, options: ChangelogSettings, metrics: ChangelogMetrics | None = None) -> None:
         self.max_attempts = options.max_attempts
         self.attempt_timeout = options.attempt_timeout
         self.backoff_initial = options.backoff_initial

@@ -13,11 +13,11 @@ import threading
 import uuid
 from dataclasses import dataclass
 
-from pyspark_dstl.changelog.errors import UploadFailedError, WriterClosedError
+from pyspark_dstl.changelog.changelog_errors import UploadFailedError, WriterClosedError
+from pyspark_dstl.changelog.changelog_handle import Segment
+from pyspark_dstl.changelog.changelog_settings import ChangelogSettings
 from pyspark_dstl.changelog.format import ChangeSet, LogHeader, encode_file
-from pyspark_dstl.changelog.handle import Segment
 from pyspark_dstl.changelog.metrics import ChangelogMetrics
-from pyspark_dstl.changelog.options import ChangelogOptions
 from pyspark_dstl.changelog.refcounts import FileRefCounts
 from pyspark_dstl.changelog.storage.base import join_key
 from pyspark_dstl.changelog.upload.limiter import InFlightLimiter
@@ -39,7 +39,7 @@ class BatchScheduler:
     """
 
     def __init__(self, loop: EventLoopThread, uploader: Uploader, limiter: InFlightLimiter,
-                 refs: FileRefCounts, metrics: ChangelogMetrics, options: ChangelogOptions,
+                 refs: FileRefCounts, metrics: ChangelogMetrics, options: ChangelogSettings,
                  writer_id: str) -> None:
         self._loop = loop
         self._uploader = uploader

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from pyspark_dstl.changelog.changelog_handle import Segment
 from pyspark_dstl.changelog.format import ChangeSet, LogHeader
-from pyspark_dstl.changelog.handle import Segment
 
 
 class TicketOwner(Protocol):

@@ -6,10 +6,10 @@ import asyncio
 import logging
 import time
 
-from pyspark_dstl.changelog.errors import ObjectExistsError, UploadFailedError
+from pyspark_dstl.changelog.changelog_errors import ObjectExistsError, UploadFailedError
+from pyspark_dstl.changelog.changelog_settings import ChangelogSettings
 from pyspark_dstl.changelog.metrics import ChangelogMetrics
-from pyspark_dstl.changelog.options import ChangelogOptions
-from pyspark_dstl.changelog.storage.base import ObjectStore, check_key, md5_hex
+from pyspark_dstl.changelog.storage.base import Storage, check_key, md5_hex
 from pyspark_dstl.changelog.upload.hedging import HedgeBudget, Hedger, LatencyTracker
 from pyspark_dstl.changelog.upload.retry import RetryPolicy
 
@@ -33,7 +33,7 @@ class Uploader:
     holds our bytes; anything else is a conflict and fails the upload without touching it.
     """
 
-    def __init__(self, store: ObjectStore, options: ChangelogOptions, metrics: ChangelogMetrics,
+    def __init__(self, store: Storage, options: ChangelogSettings, metrics: ChangelogMetrics,
                  retry: RetryPolicy | None = None, tracker: LatencyTracker | None = None,
                  budget: HedgeBudget | None = None) -> None:
         self.store = store

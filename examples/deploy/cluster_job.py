@@ -17,7 +17,7 @@ import pandas as pd
 from pyspark.sql import SparkSession
 
 from pyspark_dstl import StatefulProcessor, read_state, stateful
-from pyspark_dstl.backend.spark import StatefulProcessorHandle
+from pyspark_dstl.spark import StatefulProcessorHandle
 
 
 class RunningCount(StatefulProcessor):

@@ -10,9 +10,9 @@ import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-from pyspark_dstl.materializer.errors import MaterializerError, SnapshotUploadError
-from pyspark_dstl.materializer.handle import MaterializedHandle, SnapshotRequest
-from pyspark_dstl.materializer.local import LocalCheckpoint
+from pyspark_dstl.materializer.link_copy import LinkCopy
+from pyspark_dstl.materializer.materialized_handle import MaterializedHandle, SnapshotRequest
+from pyspark_dstl.materializer.materializer_errors import MaterializerError, SnapshotUploadError
 from pyspark_dstl.materializer.metrics import Metrics
 from pyspark_dstl.materializer.upload.schedule import StoreSchedule
 from pyspark_dstl.materializer.upload.uploader import SnapshotUploader
@@ -24,7 +24,7 @@ class SnapshotJob:
     schedule: StoreSchedule
     lock: threading.Lock
     metrics: Metrics
-    checkpoint: LocalCheckpoint
+    checkpoint: LinkCopy
     request: SnapshotRequest
     future: Future[MaterializedHandle]
 

@@ -7,9 +7,9 @@ import zlib
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from pyspark_dstl.materializer.errors import MaterializationFailedError
-from pyspark_dstl.materializer.handle import MaterializedHandle
-from pyspark_dstl.materializer.options import MaterializerOptions
+from pyspark_dstl.materializer.materialized_handle import MaterializedHandle
+from pyspark_dstl.materializer.materializer_errors import MaterializationFailedError
+from pyspark_dstl.materializer.materializer_settings import MaterializerSettings
 
 
 class SnapshotDecision(enum.Enum):
@@ -32,7 +32,7 @@ class StoreSchedule:
 
     store_id: str
     remote_dir: str
-    options: MaterializerOptions
+    options: MaterializerSettings
     next_due: float | None
     commits: int = 0
     failures: int = 0
@@ -41,7 +41,7 @@ class StoreSchedule:
     completed: MaterializedHandle | None = None
 
     @classmethod
-    def create(cls, store_id: str, remote_dir: str, options: MaterializerOptions,
+    def create(cls, store_id: str, remote_dir: str, options: MaterializerSettings,
                now: float) -> StoreSchedule:
         due = None if options.interval is None else now + first_delay(store_id,
                                                                        options.interval)

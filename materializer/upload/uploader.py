@@ -10,17 +10,17 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark_dstl.changelog.errors import ChangelogError, ObjectExistsError
+from pyspark_dstl.changelog.changelog_errors import ChangelogError, ObjectExistsError
 from pyspark_dstl.materializer.checksum import ChecksumCache, crc32_of
-from pyspark_dstl.materializer.errors import (
+from pyspark_dstl.materializer.link_copy import LinkCopy
+from pyspark_dstl.materializer.manifest import SnapshotFile, SnapshotManifest, encode_manifest
+from pyspark_dstl.materializer.materialized_handle import MaterializedHandle, SnapshotRequest
+from pyspark_dstl.materializer.materializer_errors import (
     ManifestExistsError,
     MaterializerError,
     SnapshotCorruptError,
     SnapshotUploadError,
 )
-from pyspark_dstl.materializer.handle import MaterializedHandle, SnapshotRequest
-from pyspark_dstl.materializer.local import LocalCheckpoint
-from pyspark_dstl.materializer.manifest import SnapshotFile, SnapshotManifest, encode_manifest
 from pyspark_dstl.materializer.metrics import Metrics
 from pyspark_dstl.materializer.names import manifest_path, remote_file_path
 from pyspark_dstl.materializer.remote import RemoteFiles
@@ -59,7 +59,7 @@ class SnapshotUploader:
         self._metrics = metrics
         self._parallelism = parallelism
 
-    def upload(self, checkpoint: LocalCheckpoint, request: SnapshotRequest,
+    def upload(self, checkpoint: LinkCopy, request: SnapshotRequest,
                remote_dir: str) -> MaterializedHandle:
         started = time.monotonic()
         planned = [self._plan(checkpoint.directory, name, request.store_id)

@@ -6,7 +6,7 @@ It loads its partition's store at the newest commit log entry (what the driver w
 task), writes the model's changes of `--batch` plus the key ("aux", b"attempt") = its name, so
 state merged from two attempts would show, and prints {"event": "loaded"} with its unique id.
 Then it obeys stdin: "commit" (or "commit-snapshot", which also snapshots) commits and prints
-the CheckpointInfo; "write N" puts N more keys of 100 bytes (with `--early`, a write cache of
+the StoreCommit; "write N" puts N more keys of 100 bytes (with `--early`, a write cache of
 10 keys and a pre-emptive threshold of 2 kB make them upload before any commit); "abort"
 aborts the transaction; "exit" closes everything. Errors are printed as {"event": "error"}.
 """
@@ -19,10 +19,10 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from pyspark_dstl.backend.options import BackendOptions
+from pyspark_dstl.backend.backend_settings import BackendSettings
 from pyspark_dstl.backend.store.api import StateStore
 from pyspark_dstl.backend.store.state_backend import StateBackend
-from pyspark_dstl.changelog.options import ChangelogOptions
+from pyspark_dstl.changelog.changelog_settings import ChangelogSettings
 from tests.reliability.model import WorkloadSpec, batch_changes
 from tests.reliability.workload import LIBRARY_ERRORS
 
@@ -56,9 +56,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="upload large transactions before their commit")
     args = parser.parse_args(argv)
     spec = WorkloadSpec(seed=args.seed, partitions=1)
-    changelog = ChangelogOptions(persist_delay=0.0,
+    changelog = ChangelogSettings(persist_delay=0.0,
                                  preemptive_persist_threshold=2000 if args.early else 5 << 20)
-    options = BackendOptions(local_dir=args.local_dir, lock_timeout=args.lock_timeout,
+    options = BackendSettings(local_dir=args.local_dir, lock_timeout=args.lock_timeout,
                              changelog=changelog,
                              tx_cache_max_entries=10 if args.early else 100_000)
     backend = StateBackend(options)

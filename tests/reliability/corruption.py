@@ -30,12 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pyspark_dstl.backend.backend_settings import BackendSettings
 from pyspark_dstl.backend.lineage import commit_entry
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
-from pyspark_dstl.backend.options import BackendOptions
 from pyspark_dstl.changelog import format as changelog_format
 from pyspark_dstl.materializer import manifest as manifest_format
-from pyspark_dstl.materializer.options import MaterializerOptions
+from pyspark_dstl.materializer.materializer_settings import MaterializerSettings
 from tests.reliability.model import WorkloadSpec
 from tests.reliability.soak import verify_root
 from tests.reliability.workload import LIBRARY_ERRORS, StateMismatchError, Workload
@@ -70,11 +70,11 @@ class Root:
     """A checkpoint root the test can read and damage behind the library's back."""
 
     def __init__(self, url: str, file_root: Path | None = None, s3: S3Env | None = None,
-                 options: BackendOptions | None = None) -> None:
+                 options: BackendSettings | None = None) -> None:
         self.url = url
         self.file_root = file_root
         self.s3 = s3
-        self.options = options or BackendOptions()
+        self.options = options or BackendSettings()
 
     @classmethod
     def on_files(cls, root: Path) -> Root:
@@ -83,7 +83,7 @@ class Root:
     @classmethod
     def on_s3(cls, s3: S3Env) -> Root:
         changelog = s3.options.with_changes(persist_delay=0.0)
-        return cls(s3.url, s3=s3, options=BackendOptions(changelog=changelog))
+        return cls(s3.url, s3=s3, options=BackendSettings(changelog=changelog))
 
     def read(self, path: str) -> bytes:
         if self.s3 is not None:
@@ -109,7 +109,7 @@ class Root:
     def workload(self, local_dir: Path, **kwargs: Any) -> Workload:
         options = self.options.with_changes(
             local_dir=str(local_dir),
-            materialization=MaterializerOptions(interval=None, every_n_commits=None))
+            materialization=MaterializerSettings(interval=None, every_n_commits=None))
         return Workload(SPEC, self.url, options, **kwargs)
 
 

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pyspark_dstl.changelog.errors import ObjectNotFoundError
-from pyspark_dstl.changelog.options import ChangelogOptions
+from pyspark_dstl.changelog.changelog_errors import ObjectNotFoundError
+from pyspark_dstl.changelog.changelog_settings import ChangelogSettings
 from tests.reliability.child import ChildRun, Event
 from tests.reliability.workload import EXIT_FENCED, EXIT_MISMATCH, EXIT_REFUSED
 from tests.support import FaultRule, S3Env
@@ -314,10 +314,10 @@ class CrashHarness:
     def _commit_entries(self) -> dict[str, int | None]:
         """Every commit log entry's path -> epoch of its writer (fences left out)."""
         from pyspark_dstl.backend.lineage.commit_entry import CommitEntry, decode_record
-        from pyspark_dstl.changelog.storage_service import ChangelogStorage
+        from pyspark_dstl.changelog.changelog_service import ChangelogService
 
-        options = self.s3.options if self.s3 is not None else ChangelogOptions()
-        with ChangelogStorage(self.url, options) as storage:
+        options = self.s3.options if self.s3 is not None else ChangelogSettings()
+        with ChangelogService(self.url, options) as storage:
             found: dict[str, int | None] = {}
             for info in storage.list("commits/"):
                 try:

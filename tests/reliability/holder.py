@@ -18,13 +18,13 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from pyspark_dstl.backend.errors import BackendError, CheckpointHeldError, FencedError
+from pyspark_dstl.backend.backend_errors import BackendError, CheckpointHeldError, FencedError
+from pyspark_dstl.backend.backend_settings import FencingSettings
 from pyspark_dstl.backend.fencing.lease import acquire
 from pyspark_dstl.backend.lineage.commit_log import CommitEntry, CommitLog
 from pyspark_dstl.backend.ops.cleanup import cleanup_checkpoint
-from pyspark_dstl.backend.options import FencingOptions
-from pyspark_dstl.changelog.options import ChangelogOptions
-from pyspark_dstl.changelog.storage_service import ChangelogStorage
+from pyspark_dstl.changelog.changelog_service import ChangelogService
+from pyspark_dstl.changelog.changelog_settings import ChangelogSettings
 from pyspark_dstl.core.units import parse_duration
 
 EXIT_REFUSED = 5
@@ -40,8 +40,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("url")
     parser.add_argument("--lease", default="1s")
     args = parser.parse_args(argv)
-    options = FencingOptions(lease_duration=parse_duration(args.lease, "--lease"))
-    with ChangelogStorage(args.url, ChangelogOptions(persist_delay=0.0)) as storage:
+    options = FencingSettings(lease_duration=parse_duration(args.lease, "--lease"))
+    with ChangelogService(args.url, ChangelogSettings(persist_delay=0.0)) as storage:
         try:
             lease = acquire(storage, options)
         except CheckpointHeldError as exc:

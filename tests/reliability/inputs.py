@@ -16,18 +16,20 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from pyspark_dstl.backend.errors import BackendError, ProviderError, StoreIdError
-from pyspark_dstl.backend.options import BACKEND_CONF_KEYS as BACKEND_KEYS
-from pyspark_dstl.backend.options import FENCING_KEYS, BackendOptions
-from pyspark_dstl.backend.spark.codec.values import encode_value
-from pyspark_dstl.backend.spark.errors import StateEncodingError
+from pyspark_dstl.backend.backend_errors import BackendError, ProviderError, StoreIdError
+from pyspark_dstl.backend.backend_settings import BACKEND_CONF_KEYS as BACKEND_KEYS
+from pyspark_dstl.backend.backend_settings import FENCING_KEYS, BackendSettings
 from pyspark_dstl.backend.store.state_backend import StateBackend
-from pyspark_dstl.changelog.errors import StorageError
-from pyspark_dstl.changelog.options import CHANGELOG_CONF_KEYS as CHANGELOG_KEYS
-from pyspark_dstl.changelog.storage.options import StorageOptions
-from pyspark_dstl.changelog.storage_service import ChangelogStorage
+from pyspark_dstl.changelog.changelog_errors import StorageError
+from pyspark_dstl.changelog.changelog_service import ChangelogService
+from pyspark_dstl.changelog.changelog_settings import CHANGELOG_CONF_KEYS as CHANGELOG_KEYS
+from pyspark_dstl.changelog.storage.storage_settings import StorageSettings
 from pyspark_dstl.core.errors import ConfigError
-from pyspark_dstl.materializer.options import MATERIALIZER_CONF_KEYS as MATERIALIZATION_KEYS
+from pyspark_dstl.materializer.materializer_settings import (
+    MATERIALIZER_CONF_KEYS as MATERIALIZATION_KEYS,
+)
+from pyspark_dstl.spark.codec.values import encode_value
+from pyspark_dstl.spark.spark_errors import StateEncodingError
 
 ALL_KEYS = ([f"spark.dstl.{key}" for key in BACKEND_KEYS.values()]
             + [f"spark.dstl.changelog.{key}" for key in CHANGELOG_KEYS.values()]
@@ -65,19 +67,19 @@ def refused(attempt: Callable[[], object], errors: tuple[type[BaseException], ..
 def count(workdir: Path) -> list[tuple[str, int, int]]:
     """(kind of input, tried, refused naming the culprit)."""
     rows = []
-    conf = [refused(partial(BackendOptions.from_conf, {key: value}), (ConfigError,), key)
+    conf = [refused(partial(BackendSettings.from_mapping, {key: value}), (ConfigError,), key)
             for key in CHECKED_KEYS for value in GARBAGE]
     # not every garbage value is wrong for every key ("0" is a fine timeout): count refusals
     rows.append((f"settings x garbage values ({len(CHECKED_KEYS)} x {len(GARBAGE)})",
                  len(conf), sum(conf)))
-    endpoints = [refused(partial(StorageOptions, s3_endpoint_url=endpoint), (ConfigError,),
+    endpoints = [refused(partial(StorageSettings, s3_endpoint_url=endpoint), (ConfigError,),
                          "s3.endpoint") for endpoint in BAD_ENDPOINTS]
     rows.append(("S3 endpoints", len(endpoints), sum(endpoints)))
     providers = [refused(partial(_backend, path, workdir / "p"), (ProviderError,), path)
                  for path in BAD_PROVIDERS]
     rows.append(("provider classes", len(providers), sum(providers)))
     url = (workdir / "ckpt").as_uri()
-    with StateBackend(BackendOptions(local_dir=str(workdir / "local"))) as backend:
+    with StateBackend(BackendSettings(local_dir=str(workdir / "local"))) as backend:
         operators = [refused(partial(backend.provider, url, operator, 0), (StoreIdError,),
                              "operator name") for operator in ESCAPING_OPERATORS]
         partitions = [refused(partial(backend.provider, url, "op", partition),
@@ -88,7 +90,7 @@ def count(workdir: Path) -> list[tuple[str, int, int]]:
     rows += [("operator names", len(operators), sum(operators)),
              ("partitions", len(partitions), sum(partitions)),
              ("unique ids", len(ids), sum(ids))]
-    with ChangelogStorage((workdir / "keys").as_uri()) as storage:
+    with ChangelogService((workdir / "keys").as_uri()) as storage:
         keys = [refused(partial(storage.put, key, b"x"), (StorageError,),
                         "invalid storage key") for key in ESCAPING_KEYS]
     rows.append(("storage keys", len(keys), sum(keys)))
@@ -99,7 +101,7 @@ def count(workdir: Path) -> list[tuple[str, int, int]]:
 
 
 def _backend(provider_class: str, local_dir: Path) -> StateBackend:
-    return StateBackend(BackendOptions(provider_class=provider_class, local_dir=str(local_dir)))
+    return StateBackend(BackendSettings(provider_class=provider_class, local_dir=str(local_dir)))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

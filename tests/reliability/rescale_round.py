@@ -1,6 +1,6 @@
 """The soak's rescale rounds: `python -m pyspark_dstl rescale` killed at one of its points.
 
-A root of its own holds a checkpoint as backend.spark wrote it before key groups (the hash
+A root of its own holds a checkpoint as the Spark integration wrote it before key groups (the hash
 layout, tests/support/rescale.py), so the first round is the one-time migration to key groups
 (key by key) and the later ones move ranges. Each round picks a new partition count and a kill
 point the rescale reaches (one of its new stores committed, all of them, just before or just

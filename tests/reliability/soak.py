@@ -60,7 +60,7 @@ def verify_root(url: str, s3: S3Env | None = None) -> list[str]:
 
 
 def leaked_temp_files(root: Path) -> int:
-    """Temp files of uploads a kill interrupted (LocalObjectStore's '.tmp-' prefix)."""
+    """Temp files of uploads a kill interrupted (LocalStorage's '.tmp-' prefix)."""
     return sum(1 for _ in root.rglob(".tmp-*")) if root.exists() else 0
 
 

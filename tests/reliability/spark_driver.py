@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pyspark_dstl.backend.spark import StatefulProcessorHandle, stateful
+from pyspark_dstl.spark import StatefulProcessorHandle, stateful
 from tests.support.spark import (
     COUNT_SCHEMA,
     REPO_ROOT,

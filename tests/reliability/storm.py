@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pyspark_dstl.backend.options import BackendOptions
-from pyspark_dstl.materializer.options import MaterializerOptions
+from pyspark_dstl.backend.backend_settings import BackendSettings
+from pyspark_dstl.materializer.materializer_settings import MaterializerSettings
 from tests.reliability.model import WorkloadSpec
 from tests.reliability.workload import Workload
 from tests.support import FaultProxy, FaultRule, MotoServer, RequestInfo, S3Env, make_s3_env
@@ -72,11 +72,11 @@ def fault_rules(probability: float) -> list[FaultRule]:
     return rules
 
 
-def storm_options(s3: S3Env, local_dir: Path) -> BackendOptions:
+def storm_options(s3: S3Env, local_dir: Path) -> BackendSettings:
     changelog = s3.options.with_changes(persist_delay=0.0, attempt_timeout=0.5,
                                         backoff_initial=0.01, backoff_max=0.1, max_attempts=4)
-    materialization = MaterializerOptions(interval=None, every_n_commits=3)
-    return BackendOptions(local_dir=str(local_dir), changelog=changelog,
+    materialization = MaterializerSettings(interval=None, every_n_commits=3)
+    return BackendSettings(local_dir=str(local_dir), changelog=changelog,
                           materialization=materialization, lock_timeout=5.0)
 
 

@@ -7,19 +7,19 @@ from pathlib import Path
 
 import pytest
 
-from pyspark_dstl.backend.errors import CommitLogError, ProviderError, StoreIdError
+from pyspark_dstl.backend.backend_errors import CommitLogError, ProviderError, StoreIdError
+from pyspark_dstl.backend.backend_settings import BackendSettings
 from pyspark_dstl.backend.lineage.commit_log import CommitEntry
-from pyspark_dstl.backend.ops.key_groups import KEY_GROUPS
-from pyspark_dstl.backend.options import BackendOptions
-from pyspark_dstl.backend.spark.api.processor import StatefulProcessorHandle
-from pyspark_dstl.backend.spark.api.state import KeyContext
-from pyspark_dstl.backend.spark.codec.key_grouping import KeyGrouping
-from pyspark_dstl.backend.spark.errors import StateEncodingError
+from pyspark_dstl.backend.rescale.key_groups import KEY_GROUPS
 from pyspark_dstl.backend.store.state_backend import StateBackend
-from pyspark_dstl.changelog.errors import StorageError
-from pyspark_dstl.changelog.options import ChangelogOptions
-from pyspark_dstl.changelog.storage_service import ChangelogStorage
+from pyspark_dstl.changelog.changelog_errors import StorageError
+from pyspark_dstl.changelog.changelog_service import ChangelogService
+from pyspark_dstl.changelog.changelog_settings import ChangelogSettings
 from pyspark_dstl.core.errors import ConfigError
+from pyspark_dstl.spark.keys.key_grouping import KeyGrouping
+from pyspark_dstl.spark.processors.processor import StatefulProcessorHandle
+from pyspark_dstl.spark.processors.state_variables import KeyContext
+from pyspark_dstl.spark.spark_errors import StateEncodingError
 from tests.reliability.inputs import (
     BAD_ENDPOINTS,
     BAD_PARTITIONS,
@@ -42,7 +42,7 @@ def test_a_setting_of_the_wrong_kind_is_refused_naming_its_full_key(key: str) ->
     refused = []
     for value in GARBAGE:
         try:
-            BackendOptions.from_conf({key: value})
+            BackendSettings.from_mapping({key: value})
         except ConfigError as exc:
             assert key in str(exc), f"{key}={value!r}: {exc}"
             refused.append(value)
@@ -52,21 +52,21 @@ def test_a_setting_of_the_wrong_kind_is_refused_naming_its_full_key(key: str) ->
 def test_an_s3_endpoint_that_is_not_an_http_url_is_refused_at_once() -> None:
     for endpoint in BAD_ENDPOINTS:
         with pytest.raises(ConfigError, match=r"spark\.dstl\.changelog\.s3\.endpoint"):
-            BackendOptions.from_conf({"spark.dstl.changelog.s3.endpoint": endpoint})
+            BackendSettings.from_mapping({"spark.dstl.changelog.s3.endpoint": endpoint})
 
 
 @pytest.mark.parametrize("path", BAD_PROVIDERS)
 def test_an_unusable_provider_class_fails_before_anything_is_created(
         tmp_path: Path, path: str) -> None:
     with pytest.raises(ProviderError, match=path.replace(".", r"\.")):
-        StateBackend(BackendOptions(provider_class=path, local_dir=str(tmp_path / "local")))
+        StateBackend(BackendSettings(provider_class=path, local_dir=str(tmp_path / "local")))
     assert files_under(tmp_path) == []
 
 
 @pytest.fixture
 def backend(tmp_path: Path) -> Iterator[StateBackend]:
-    made = StateBackend(BackendOptions(local_dir=str(tmp_path / "local"),
-                                       changelog=ChangelogOptions(persist_delay=0.0)))
+    made = StateBackend(BackendSettings(local_dir=str(tmp_path / "local"),
+                                       changelog=ChangelogSettings(persist_delay=0.0)))
     yield made
     made.close()
 
@@ -114,7 +114,7 @@ def test_unique_ids_that_could_escape_are_refused_and_nothing_is_written(
 
 def test_storage_keys_that_could_escape_the_root_are_refused(tmp_path: Path) -> None:
     root = tmp_path / "deep" / "root"
-    with ChangelogStorage(root.as_uri(), ChangelogOptions(persist_delay=0.0)) as storage:
+    with ChangelogService(root.as_uri(), ChangelogSettings(persist_delay=0.0)) as storage:
         for key in ESCAPING_KEYS:
             with pytest.raises(StorageError, match="invalid storage key"):
                 storage.put(key, b"escape")
@@ -133,18 +133,18 @@ def test_a_value_larger_than_every_buffer_commits_and_loads_byte_for_byte(
         tmp_path: Path) -> None:
     """32 MB value, 1 MB key: beyond the in-flight limit, the write cache and the
     pre-emptive upload threshold configured here."""
-    small = ChangelogOptions(persist_delay=0.0, max_in_flight_bytes=8 << 20,
+    small = ChangelogSettings(persist_delay=0.0, max_in_flight_bytes=8 << 20,
                              preemptive_persist_threshold=1 << 20,
                              persist_size_threshold=2 << 20)
     url = (tmp_path / "ckpt").as_uri()
     key, value = b"K" * (1 << 20), bytes(range(256)) * (1 << 17)
-    with StateBackend(BackendOptions(local_dir=str(tmp_path / "a"), changelog=small,
+    with StateBackend(BackendSettings(local_dir=str(tmp_path / "a"), changelog=small,
                                      tx_cache_max_bytes=4 << 20)) as writer:
         store = writer.provider(url, "op", 0).get_store(0)
         store.put(key, value)
         store.put(b"small", b"1")
         info = store.commit()
-    with StateBackend(BackendOptions(local_dir=str(tmp_path / "b"))) as reader:
+    with StateBackend(BackendSettings(local_dir=str(tmp_path / "b"))) as reader:
         loaded = reader.provider(url, "op", 0).get_store(1, info)
         assert loaded.get(key) == value
         assert dict(loaded.iterator()) == {key: value, b"small": b"1"}

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
+from pyspark_dstl.backend.backend_settings import BackendSettings
 from pyspark_dstl.backend.lineage.commit_log import CommitEntry, CommitLog, OperatorCommit
-from pyspark_dstl.backend.options import BackendOptions
+from pyspark_dstl.backend.lineage.store_commit import StoreCommit
 from tests.reliability.attempt import ATTEMPT_KEY
 from tests.reliability.child import ChildRun, Event
 from tests.reliability.crash import workload_conf
@@ -49,7 +49,7 @@ class Cluster:
         return run
 
     def workload(self, host: str) -> Workload:
-        options = BackendOptions.from_conf(workload_conf(self.tmp_path / host))
+        options = BackendSettings.from_mapping(workload_conf(self.tmp_path / host))
         return Workload(SPEC, self.url, options, rng=random.Random(0), retain=2)
 
     def run_batches(self, last_batch: int, host: str, cleanup: bool = False) -> None:
@@ -64,7 +64,7 @@ class Cluster:
         finally:
             workload.close()
 
-    def commit_batch(self, batch: int, name: str, info: CheckpointInfo) -> None:
+    def commit_batch(self, batch: int, name: str, info: StoreCommit) -> None:
         entry = CommitEntry(batch, {SPEC.operator: OperatorCommit(1, {0: info})})
         driver = self.workload("driver")
         try:
@@ -130,8 +130,8 @@ def wait_event(run: ChildRun, name: str) -> Event:
     return event
 
 
-def committed_info(run: ChildRun) -> CheckpointInfo:
-    return CheckpointInfo.from_dict(wait_event(run, "committed")["info"])
+def committed_info(run: ChildRun) -> StoreCommit:
+    return StoreCommit.from_dict(wait_event(run, "committed")["info"])
 
 
 def unchanged(before: dict[str, bytes], after: dict[str, bytes]) -> list[str]:

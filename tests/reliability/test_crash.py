@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from pyspark_dstl.backend.errors import UncommittedAttemptError
+from pyspark_dstl.backend.backend_errors import UncommittedAttemptError
+from pyspark_dstl.backend.backend_settings import BackendSettings
 from pyspark_dstl.backend.faults import POINTS
 from pyspark_dstl.backend.lineage.naming import snapshot_path
 from pyspark_dstl.backend.ops.cleanup import cleanup_checkpoint, default_incomplete_grace
-from pyspark_dstl.backend.options import BackendOptions
 from pyspark_dstl.backend.store.state_backend import StateBackend
 from pyspark_dstl.cli import main as backend_cli
-from pyspark_dstl.materializer.options import MaterializerOptions
+from pyspark_dstl.materializer.materializer_settings import MaterializerSettings
 from tests.reliability.child import ChildRun
 from tests.reliability.crash import POINT_COUNTS, WIRE_TARGETS, CrashHarness, workload_conf
 from tests.reliability.model import WorkloadSpec
@@ -65,7 +65,7 @@ def test_a_kill_at_every_library_kill_point_is_survived(tmp_path: Path) -> None:
 
 def test_every_kill_point_is_reached_by_the_workload_the_rescale_rounds_or_its_own_test() -> None:
     # the workload declares no state schemas: the schema record's point has its own test
-    # (tests/test_state_schema_evolution.py)
+    # (tests/spark/codec/test_schema_evolution.py)
     assert set(POINTS) == set(POINT_COUNTS) | set(RESCALE_POINTS) | {"schema_record_after"}
 
 
@@ -124,12 +124,12 @@ def test_random_and_kill_point_deaths_on_the_s3_api_lose_no_committed_batch(
 def test_cleanup_removes_the_temp_file_of_an_upload_killed_halfway(tmp_path: Path) -> None:
     root = tmp_path / "ckpt"
     spec = WorkloadSpec(seed=15, partitions=1)
-    options = BackendOptions.from_conf(workload_conf(tmp_path / "local"))
+    options = BackendSettings.from_mapping(workload_conf(tmp_path / "local"))
     workload = Workload(spec, root.as_uri(), options, retain=1)
     try:
         workload.recover()
         workload.run(1)
-        # what SIGKILL between LocalObjectStore's write of the temp file and its link leaves
+        # what SIGKILL between LocalStorage's write of the temp file and its link leaves
         leftover = root / "state" / spec.operator / "0" / ".tmp-0123456789abcdef"
         leftover.write_bytes(b"x" * 99)
         # killed long ago: older than the grace that protects uploads still running
@@ -144,7 +144,7 @@ def test_cleanup_removes_the_temp_file_of_an_upload_killed_halfway(tmp_path: Pat
 
 def test_a_store_taken_over_while_an_older_snapshot_uploads_commits_with_all_changes(
         s3: S3Env, tmp_path: Path) -> None:
-    env = s3_env(s3, tmp_path, materialization=MaterializerOptions(interval=None,
+    env = s3_env(s3, tmp_path, materialization=MaterializerSettings(interval=None,
                                                                     every_n_commits=3))
     try:
         owner = env.provider(env.backend())  # the host that dies after version 4
@@ -204,7 +204,7 @@ def test_an_attempt_that_ends_after_early_uploads_is_never_a_checkpoint(
         tmp_path: Path, end: str) -> None:
     url = (tmp_path / "ckpt").as_uri()
     spec = WorkloadSpec(seed=15, partitions=1)
-    options = BackendOptions.from_conf(workload_conf(tmp_path / "host-w"))
+    options = BackendSettings.from_mapping(workload_conf(tmp_path / "host-w"))
     workload = Workload(spec, url, options, retain=5)
     try:
         workload.recover()

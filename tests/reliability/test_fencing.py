@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from pyspark_dstl.backend.errors import CheckpointHeldError
+from pyspark_dstl.backend.backend_errors import CheckpointHeldError
+from pyspark_dstl.backend.backend_settings import FencingSettings
 from pyspark_dstl.backend.fencing.lease import acquire, holder_of
 from pyspark_dstl.backend.lineage.commit_log import CommitEntry, CommitLog
-from pyspark_dstl.backend.options import FencingOptions
-from pyspark_dstl.changelog.options import ChangelogOptions
-from pyspark_dstl.changelog.storage_service import ChangelogStorage
+from pyspark_dstl.changelog.changelog_service import ChangelogService
+from pyspark_dstl.changelog.changelog_settings import ChangelogSettings
 from pyspark_dstl.cli import main
 from tests.reliability.child import ChildRun, Event
 from tests.reliability.crash import CrashHarness
@@ -44,8 +44,8 @@ def wait_event(run: ChildRun, name: str) -> Event:
 
 
 @pytest.fixture
-def storage(tmp_path: Path) -> Iterator[ChangelogStorage]:
-    with ChangelogStorage((tmp_path / "ckpt").as_uri(), ChangelogOptions()) as opened:
+def storage(tmp_path: Path) -> Iterator[ChangelogService]:
+    with ChangelogService((tmp_path / "ckpt").as_uri(), ChangelogSettings()) as opened:
         yield opened
 
 
@@ -75,7 +75,7 @@ def test_a_second_writer_and_a_zombie_on_the_s3_api(s3: S3Env, tmp_path: Path) -
 
 
 def test_a_start_is_refused_while_another_process_renews_its_lease(
-        tmp_path: Path, storage: ChangelogStorage) -> None:
+        tmp_path: Path, storage: ChangelogService) -> None:
     holder = holder_run(storage.url, tmp_path, "holder")
     try:
         run_id = wait_event(holder, "holding")["run_id"]
@@ -83,7 +83,7 @@ def test_a_start_is_refused_while_another_process_renews_its_lease(
         with pytest.raises(CheckpointHeldError,
                            match=f"checkpoint {storage.url} is held by run {run_id} .*renewed "
                                  f"its lease"):
-            acquire(storage, FencingOptions(lease_duration=LEASE_SECONDS))
+            acquire(storage, FencingSettings(lease_duration=LEASE_SECONDS))
         assert time.monotonic() - started < LEASE_SECONDS + 1.0  # decided by a renewal
         holder.send("commit 0")
         wait_event(holder, "committed")
@@ -93,7 +93,7 @@ def test_a_start_is_refused_while_another_process_renews_its_lease(
 
 
 def test_a_holder_killed_on_this_host_is_taken_over_at_once(
-        tmp_path: Path, storage: ChangelogStorage) -> None:
+        tmp_path: Path, storage: ChangelogService) -> None:
     holder = holder_run(storage.url, tmp_path, "holder")
     dead = wait_event(holder, "holding")
     holder.send("commit 0")
@@ -101,14 +101,14 @@ def test_a_holder_killed_on_this_host_is_taken_over_at_once(
     holder.kill()
     holder.wait(TIMEOUT)
     started = time.monotonic()
-    lease = acquire(storage, FencingOptions(lease_duration=30.0))
+    lease = acquire(storage, FencingSettings(lease_duration=30.0))
     assert time.monotonic() - started < 10.0, "no lease to wait for: the process is gone"
     assert lease.record.took_over == (dead["epoch"], dead["run_id"])
     lease.release()
 
 
 def test_a_paused_holder_is_taken_over_after_its_lease_and_fenced_when_resumed(
-        tmp_path: Path, storage: ChangelogStorage) -> None:
+        tmp_path: Path, storage: ChangelogService) -> None:
     holder = holder_run(storage.url, tmp_path, "holder")
     paused = wait_event(holder, "holding")
     holder.send("commit 0")
@@ -116,7 +116,7 @@ def test_a_paused_holder_is_taken_over_after_its_lease_and_fenced_when_resumed(
     holder.pause()
     try:
         started = time.monotonic()
-        lease = acquire(storage, FencingOptions(lease_duration=LEASE_SECONDS))
+        lease = acquire(storage, FencingSettings(lease_duration=LEASE_SECONDS))
         assert time.monotonic() - started >= LEASE_SECONDS  # its renewals stopped for a lease
         assert lease.record.took_over == (paused["epoch"], paused["run_id"])
         CommitLog(storage, lease=lease).write(1, CommitEntry(1, {}))
@@ -137,7 +137,7 @@ def test_a_paused_holder_is_taken_over_after_its_lease_and_fenced_when_resumed(
 
 
 def test_takeover_of_a_paused_holder_needs_no_wait_and_fences_it(
-        tmp_path: Path, storage: ChangelogStorage) -> None:
+        tmp_path: Path, storage: ChangelogService) -> None:
     holder = holder_run(storage.url, tmp_path, "holder")
     paused = wait_event(holder, "holding")
     holder.send("commit 0")

@@ -5,7 +5,7 @@ root (moto behind the fault proxy). The test kills the worker under a task that 
 still inside batch 3, then, with every SST upload held at the proxy, the worker whose Python
 worker is uploading a snapshot. The query must finish every batch with exactly the pandas
 model's state. The driver dying between this library's commit log and the engine's commit
-is tests/test_spark_query.py::test_restart_after_the_driver_died_between_the_two_commits.
+is tests/spark/builder/test_query.py::test_restart_after_the_driver_died_between_the_two_commits.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pyspark_dstl.backend.errors import BackendError, CommitLogError
+from pyspark_dstl.backend.backend_errors import BackendError, CommitLogError
 from tests.reliability.model import WorkloadSpec
 from tests.reliability.soak import verify_root
 from tests.reliability.storm import FAULTS, run_storm, storm_options

@@ -3,7 +3,7 @@
 Run as a child process (``python -m tests.reliability.workload <url> --seed N ...``) so the
 tests can SIGKILL it anywhere, or in-process through :class:`Workload`. On start it reads the
 last committed batch id from the commit log, loads every partition's store at that commit
-(by CheckpointInfo or, at random, by (version, unique id) alone), and compares the state with
+(by StoreCommit or, at random, by (version, unique id) alone), and compares the state with
 the model recomputed from the seed. Then it commits further batches: every partition's store
 commits, then one commit log entry names them all; snapshots run in the background, some
 commits force one, and every few batches a cleanup deletes what retention no longer needs.
@@ -27,16 +27,16 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pyspark_dstl.backend.errors import BackendError, CheckpointHeldError, FencedError
+from pyspark_dstl.backend.backend_errors import BackendError, CheckpointHeldError, FencedError
+from pyspark_dstl.backend.backend_settings import BackendSettings
 from pyspark_dstl.backend.fencing.lease import CheckpointLease, acquire
-from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
 from pyspark_dstl.backend.lineage.commit_log import CommitEntry, OperatorCommit
+from pyspark_dstl.backend.lineage.store_commit import StoreCommit
 from pyspark_dstl.backend.ops.cleanup import cleanup_checkpoint
-from pyspark_dstl.backend.options import BackendOptions
 from pyspark_dstl.backend.store.api import StateStore
 from pyspark_dstl.backend.store.state_backend import StateBackend
-from pyspark_dstl.changelog.errors import ChangelogError
-from pyspark_dstl.materializer.errors import MaterializerError
+from pyspark_dstl.changelog.changelog_errors import ChangelogError
+from pyspark_dstl.materializer.materializer_errors import MaterializerError
 from tests.reliability.model import (
     CFS,
     StateKey,
@@ -69,7 +69,7 @@ def read_state(store: StateStore) -> dict[StateKey, bytes]:
 class Workload:
     """A driver and its executors in one process: one provider per partition."""
 
-    def __init__(self, spec: WorkloadSpec, url: str, options: BackendOptions, *,
+    def __init__(self, spec: WorkloadSpec, url: str, options: BackendSettings, *,
                  emit: Emit | None = None, rng: random.Random | None = None,
                  cleanup_every: int = 0, retain: int = 2, force_snapshot_every: int = 0,
                  max_failures: int = 8) -> None:
@@ -84,7 +84,7 @@ class Workload:
         self.max_failures = max_failures
         self.last_batch = -1
         self.failures = 0
-        self._infos: dict[int, CheckpointInfo] = {}
+        self._infos: dict[int, StoreCommit] = {}
         self._open: dict[int, StateStore] = {}
         self._lease: CheckpointLease | None = None
 
@@ -143,7 +143,7 @@ class Workload:
     def run_batch(self, batch_id: int) -> None:
         """Commit every partition's store, then the commit log entry naming them."""
         force = bool(self.force_snapshot_every) and batch_id % self.force_snapshot_every == 0
-        infos: dict[int, CheckpointInfo] = {}
+        infos: dict[int, StoreCommit] = {}
         for partition in range(self.spec.partitions):
             store = self._open.pop(partition, None) or self._load(partition)
             for (cf, key), value in batch_changes(self.spec, batch_id, partition).items():
@@ -250,7 +250,7 @@ def print_event(event: dict[str, Any]) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     spec = WorkloadSpec(seed=args.seed, partitions=args.partitions)
-    options = BackendOptions.from_conf(parse_conf(args.conf))
+    options = BackendSettings.from_mapping(parse_conf(args.conf))
     workload = Workload(spec, args.url, options, emit=print_event,
                         rng=random.Random(args.run_seed), cleanup_every=args.cleanup_every,
                         retain=args.retain, force_snapshot_every=args.force_snapshot_every)

@@ -8,13 +8,13 @@ Fixtures (tests/conftest.py):
 - ``fault_proxy`` (session): :class:`FaultProxy` forwarding to moto. Every test starts with it
   transparent (no rules, no latency model, empty log).
 - ``s3`` (function): :class:`S3Env` with a fresh bucket: ``url`` ("s3://<bucket>/root"),
-  ``options`` (ChangelogOptions whose ``storage`` aims at the proxy: path addressing, dummy
+  ``options`` (ChangelogSettings whose ``storage`` aims at the proxy: path addressing, dummy
   credentials),
   ``endpoint_url`` (the proxy), ``direct_endpoint_url`` (moto), ``proxy``, and
   ``direct_get/direct_put/direct_keys`` that bypass the proxy. For other options use
   ``s3.options.with_changes(...)``.
 - ``storage_url`` (function, ids memory/file/s3): ``(url, options)`` for ``open_storage``.
-- ``store`` (function, async): the opened ObjectStore for ``storage_url``, closed afterwards.
+- ``store`` (function, async): the opened Storage for ``storage_url``, closed afterwards.
 - ``loop_thread`` (function): a started :class:`core.loop.EventLoopThread`, closed after.
 
 Injecting faults::

@@ -14,14 +14,14 @@ from typing import Any
 
 import pytest
 
+from pyspark_dstl.backend.backend_settings import BackendSettings, FencingSettings
 from pyspark_dstl.backend.fencing.lease import CheckpointLease, acquire
 from pyspark_dstl.backend.lineage.commit_log import CommitEntry, CommitLog, OperatorCommit
-from pyspark_dstl.backend.options import BackendOptions, FencingOptions
 from pyspark_dstl.backend.store.api import StateStore, StateStoreProvider
 from pyspark_dstl.backend.store.state_backend import StateBackend
-from pyspark_dstl.changelog.options import ChangelogOptions
-from pyspark_dstl.changelog.storage_service import ChangelogStorage
-from pyspark_dstl.materializer.options import MaterializerOptions
+from pyspark_dstl.changelog.changelog_service import ChangelogService
+from pyspark_dstl.changelog.changelog_settings import ChangelogSettings
+from pyspark_dstl.materializer.materializer_settings import MaterializerSettings
 from tests.support import S3Env
 
 ROCKSDB = "pyspark_dstl.backend.store.rocksdb_provider.RocksDBChangelogProvider"
@@ -31,7 +31,7 @@ PROVIDER_IDS = ["rocksdb", "memory"]
 OPERATOR = "agg"
 
 # no automatic snapshots unless a test asks; no 10 ms batching wait in tests
-NO_SNAPSHOTS = MaterializerOptions(interval=None, every_n_commits=None,
+NO_SNAPSHOTS = MaterializerSettings(interval=None, every_n_commits=None,
                                    backstop_bytes=1 << 40, worker_threads=2)
 
 
@@ -40,19 +40,19 @@ class BackendEnv:
     """A checkpoint root plus everything needed to open backends on it and look inside."""
 
     url: str
-    changelog: ChangelogOptions
+    changelog: ChangelogSettings
     local_dir: str
     provider_class: str = ROCKSDB
-    materialization: MaterializerOptions = NO_SNAPSHOTS
+    materialization: MaterializerSettings = NO_SNAPSHOTS
     file_root: Path | None = None  # set for file:// roots
     s3: S3Env | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     _backends: list[StateBackend] = field(default_factory=list)
-    _storage: ChangelogStorage | None = None
+    _storage: ChangelogService | None = None
     _lease: CheckpointLease | None = None
 
-    def options(self, **changes: Any) -> BackendOptions:
-        base = BackendOptions(provider_class=self.provider_class, local_dir=self.local_dir,
+    def options(self, **changes: Any) -> BackendSettings:
+        base = BackendSettings(provider_class=self.provider_class, local_dir=self.local_dir,
                               changelog=self.changelog, materialization=self.materialization,
                               lock_timeout=5.0, **self.extra)
         return base.with_changes(**changes)
@@ -69,10 +69,10 @@ class BackendEnv:
         return backend.provider(self.url, OPERATOR, partition)
 
     @property
-    def storage(self) -> ChangelogStorage:
+    def storage(self) -> ChangelogService:
         """A separate storage client for looking at and tampering with the root."""
         if self._storage is None:
-            self._storage = ChangelogStorage(self.url, self.changelog)
+            self._storage = ChangelogService(self.url, self.changelog)
         return self._storage
 
     def paths(self, prefix: str = "", epochs: bool = False) -> list[str]:
@@ -97,7 +97,7 @@ class BackendEnv:
     def lease(self) -> CheckpointLease:
         """The lease of "the driver" of this root (taken on first use, like a run would)."""
         if self._lease is None or self._lease.state != "held":
-            self._lease = acquire(self.storage, FencingOptions())
+            self._lease = acquire(self.storage, FencingSettings())
         return self._lease
 
     def commit_log(self) -> CommitLog:
@@ -120,7 +120,7 @@ class BackendEnv:
 
 def file_env(tmp_path: Path, provider_class: str = ROCKSDB, **changes: Any) -> BackendEnv:
     root = tmp_path / "ckpt"
-    return BackendEnv(url=root.as_uri(), changelog=ChangelogOptions(persist_delay=0.0),
+    return BackendEnv(url=root.as_uri(), changelog=ChangelogSettings(persist_delay=0.0),
                       local_dir=str(tmp_path / "local"), provider_class=provider_class,
                       file_root=root, **changes)
 

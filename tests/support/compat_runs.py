@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pyspark_dstl.backend.spark import StatefulStream
+from pyspark_dstl.spark import StatefulStream
 
 Outputs = dict[int, list[dict[str, Any]]]
 

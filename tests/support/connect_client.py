@@ -12,7 +12,7 @@ from pathlib import Path
 def main(url: str, work: Path) -> dict[str, object]:
     from pyspark.sql import SparkSession
 
-    from pyspark_dstl.backend.spark import observed_state_metrics, read_state, stateful
+    from pyspark_dstl.spark import observed_state_metrics, read_state, stateful
     from tests.support.spark import (
         COUNT_SCHEMA,
         CountProcessor,

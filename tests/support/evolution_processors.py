@@ -1,5 +1,5 @@
-"""PySpark processors for tests/test_state_schema_evolution.py: one processor shape whose state
-schemas change from release to release, as a processor's do.
+"""PySpark processors for tests/spark/codec/test_schema_evolution.py: one processor shape
+whose state schemas change from release to release, as a processor's do.
 
 `StateProbe` keeps a value state, a list state and a map state per user. For every key of a
 batch it first reports what it reads (as JSON, in plain types: nested Rows as objects, decimals

@@ -7,14 +7,14 @@ from typing import Any
 
 import pandas as pd
 
+from pyspark_dstl.backend.backend_settings import BackendSettings
 from pyspark_dstl.backend.lineage.commit_entry import CommitEntry
-from pyspark_dstl.backend.options import BackendOptions
-from pyspark_dstl.backend.spark import (
+from pyspark_dstl.backend.store.state_backend import StateBackend
+from pyspark_dstl.spark import (
     StatefulProcessor,
     StatefulProcessorHandle,
     VectorizedStatefulProcessor,
 )
-from pyspark_dstl.backend.store.state_backend import StateBackend
 
 FAR_MS = 1 << 50  # a timer expiry no test batch reaches
 OUTPUT_SCHEMA = "rows long"
@@ -59,7 +59,7 @@ def stored_keys(checkpoint_url: str, local_dir: str, entry: CommitEntry,
                 operator: str = "stateful") -> dict[int, dict[str, list[bytes]]]:
     """Per partition of `entry`, the stored keys of every column family."""
     found: dict[int, dict[str, list[bytes]]] = {}
-    with StateBackend(BackendOptions(local_dir=local_dir)) as backend:
+    with StateBackend(BackendSettings(local_dir=local_dir)) as backend:
         for partition, info in sorted(entry.operators[operator].stores.items()):
             store = backend.provider(checkpoint_url, operator, partition).get_store(
                 info.version, info)

@@ -18,8 +18,8 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 from moto.server import ThreadedMotoServer
 
-from pyspark_dstl.changelog.options import ChangelogOptions
-from pyspark_dstl.changelog.storage.options import StorageOptions
+from pyspark_dstl.changelog.changelog_settings import ChangelogSettings
+from pyspark_dstl.changelog.storage.storage_settings import StorageSettings
 from tests.support.fault_proxy import FaultProxy
 
 ACCESS_KEY = "testing"
@@ -86,7 +86,7 @@ class S3Env:
     url: str
     endpoint_url: str
     direct_endpoint_url: str
-    options: ChangelogOptions
+    options: ChangelogSettings
     proxy: FaultProxy
     moto: MotoServer
     prefix: str = "root"
@@ -129,10 +129,10 @@ class S3Env:
 def make_s3_env(moto: MotoServer, proxy: FaultProxy, **option_changes: Any) -> S3Env:
     """Create a bucket through moto directly and describe it as seen through the proxy."""
     bucket = moto.create_bucket()
-    storage = StorageOptions(
+    storage = StorageSettings(
         s3_endpoint_url=proxy.url, s3_region=REGION, s3_access_key_id=ACCESS_KEY,
         s3_secret_access_key=SECRET_KEY, s3_addressing_style="path")
-    options = ChangelogOptions(storage=storage, **option_changes)
+    options = ChangelogSettings(storage=storage, **option_changes)
     return S3Env(bucket=bucket, url=f"s3://{bucket}/root", endpoint_url=proxy.url,
                  direct_endpoint_url=moto.endpoint_url, options=options, proxy=proxy,
                  moto=moto)

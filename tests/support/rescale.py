@@ -1,4 +1,4 @@
-"""A checkpoint as backend.spark writes it, built without Spark: in key groups (each stored
+"""A checkpoint as the Spark integration writes it, built without Spark: in key groups (each stored
 grouping key led by its group pmod(Spark's hash, G), each in the partition owning its group), or
 in the hash layout written before key groups (bare keys, each in partition pmod(Spark's hash,
 n)). And the checks of a rescale: one whole layout of key groups holding exactly the content,
@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from pyspark_dstl.backend.lineage.checkpoint import CheckpointInfo
 from pyspark_dstl.backend.lineage.commit_entry import CommitEntry, OperatorCommit
-from pyspark_dstl.backend.ops.key_groups import (
+from pyspark_dstl.backend.lineage.store_commit import StoreCommit
+from pyspark_dstl.backend.rescale.key_groups import (
     KEY_GROUPS,
     LAYOUT,
     group_bytes,
@@ -21,10 +21,10 @@ from pyspark_dstl.backend.ops.key_groups import (
     key_groups_in,
     owner,
 )
-from pyspark_dstl.backend.spark.codec.key_routing import grouping_key, key_offset
-from pyspark_dstl.backend.spark.codec.spark_hash import partition_of, spark_hash
-from pyspark_dstl.backend.spark.codec.values import encode_user_key, encode_value, pack_key
-from pyspark_dstl.backend.spark.time.timers import BY_EXPIRY_CF, BY_KEY_CF, expiry_bytes
+from pyspark_dstl.spark.codec.values import encode_user_key, encode_value, pack_key
+from pyspark_dstl.spark.keys.key_routing import grouping_key, key_offset
+from pyspark_dstl.spark.keys.spark_hash import partition_of, spark_hash
+from pyspark_dstl.spark.time.timers import BY_EXPIRY_CF, BY_KEY_CF, expiry_bytes
 from tests.support.backend import OPERATOR, BackendEnv
 
 Row = tuple[str, bytes, bytes]
@@ -63,7 +63,7 @@ def build_checkpoint(env: BackendEnv, partitions: int, names: list[str], batches
     groups, or the hash layout when not `grouped`); the lease is let go afterwards (the root
     looks like a stopped query's). Returns the content in key groups either way."""
     backend = env.backend()
-    infos: dict[int, CheckpointInfo] = {}
+    infos: dict[int, StoreCommit] = {}
     for batch_id in range(batches):
         for partition in range(partitions):
             base = infos.get(partition)

@@ -14,16 +14,16 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from pyspark_dstl.backend.spark import (
+from pyspark_dstl.spark import (
     StatefulProcessor,
     StatefulProcessorHandle,
     StatefulStream,
     VectorizedStatefulProcessor,
     stateful,
 )
+from tests.support.paths import REPO_ROOT
 
 DEFAULT_MASTER = "local[2,4]"
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def session_settings(extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -127,7 +127,7 @@ def stored_counts(spark: Any, checkpoint: str, batch_id: int | None = None,
     """The "count" value state of a checkpoint, read back through the dstl-state source."""
     import json
 
-    from pyspark_dstl.backend.spark import read_state
+    from pyspark_dstl.spark import read_state
 
     frame = read_state(spark, checkpoint, batch_id, conf=conf).toPandas()
     frame = frame[frame["state_variable"] == "count"]
@@ -313,7 +313,7 @@ def cluster_session(master: str, app_name: str, local_dir: str) -> Any:
 def cluster_driver(master: str, inputs: str, checkpoint: str, local_dir: str) -> None:
     """The driver of the worker-loss test, run as `python -m tests.support.spark ...`:
     prints one line per committed batch."""
-    from pyspark_dstl.backend.spark import stateful
+    from pyspark_dstl.spark import stateful
 
     spark = cluster_session(master, "dstl-cluster-test", local_dir)
     stream = (stateful(file_stream(spark, Path(inputs))).group_by("user")

@@ -7,13 +7,13 @@ from typing import Any
 
 import pandas as pd
 
-from pyspark_dstl.backend.spark import (
+from pyspark_dstl.spark import (
     StatefulProcessor,
     StatefulProcessorHandle,
     VectorizedStatefulProcessor,
 )
-from pyspark_dstl.backend.spark.api.grouping import KeyedBatch
-from pyspark_dstl.backend.spark.api.processor import ExpiredTimers
+from pyspark_dstl.spark.keys.keyed_batch import KeyedBatch
+from pyspark_dstl.spark.processors.processor import ExpiredTimers
 
 GAP_MS = 30_000
 EVENT_SCHEMA = "user string, ts timestamp"

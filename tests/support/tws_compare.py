@@ -356,7 +356,7 @@ def pyspark_view(spark: Any, checkpoint: Path, variables: tuple[str, ...],
 
 def dstl_view(spark: Any, checkpoint: Path, batch_id: int | None = None) -> StateView:
     """Through this backend's dstl-state reader, in one read (value state and timers)."""
-    from pyspark_dstl.backend.spark import read_state
+    from pyspark_dstl.spark import read_state
 
     values: dict[str, set[tuple[Any, ...]]] = {}
     timers: set[tuple[Any, ...]] = set()

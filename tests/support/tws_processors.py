@@ -1,6 +1,6 @@
 """Processors written against PySpark's own StatefulProcessor API (camelCase, state schemas,
 TTL in milliseconds, TimerValues, ExpiredTimerInfo), one per scenario of
-tests/test_tws_compare.py.
+tests/spark/pyspark_api/test_compare_pyspark.py.
 
 Each runs unchanged through PySpark's transformWithStateInPandas (or transformWithState for the
 Row-based ones) and through this project's compatibility entry point, and the two outputs are

@@ -1,5 +1,5 @@
-"""The scenarios of tests/test_tws_compare.py: a processor from tests/support/tws_processors.py,
-its input (one frame per micro-batch) and how the query is set up.
+"""The scenarios of tests/spark/pyspark_api/test_compare_pyspark.py: a processor from
+tests/support/tws_processors.py, its input (one frame per micro-batch) and how the query is set up.
 
 The inputs are small and written by hand so that each batch exercises something named in its
 comment: late rows, a timer exactly at the watermark, timers of keys without rows, a no-data

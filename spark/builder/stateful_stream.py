@@ -1,0 +1,262 @@
+"""The short entry point: stateful(df).group_by(...).process(...).foreach_batch(...).start().
+
+Everything is checked when the query starts (settings, key columns, schema, checkpoint), so a
+mistake fails before the first batch, with the key or column named.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pyspark_dstl.core.errors import ConfigError
+from pyspark_dstl.spark.builder.started_query import StatefulQuery
+from pyspark_dstl.spark.driver import query_lease as fencing
+from pyspark_dstl.spark.driver.operator import BatchProgress, OperatorSpec, StatefulOperator
+from pyspark_dstl.spark.driver.progress import log_batch, with_state_progress
+from pyspark_dstl.spark.driver.state_schemas import settle_operator
+from pyspark_dstl.spark.locations import default_engine_checkpoint, to_url
+from pyspark_dstl.spark.processors.declarations import check_declarations
+from pyspark_dstl.spark.processors.initial_state import InitialState
+from pyspark_dstl.spark.processors.processor import StatefulProcessor, VectorizedStatefulProcessor
+from pyspark_dstl.spark.query_settings import QUERY_PREFIX, DstlSettings
+from pyspark_dstl.spark.readers.discovery import warn_if_undiscoverable
+from pyspark_dstl.spark.session import (
+    ARROW_RECORDS,
+    is_connect,
+    no_data_batches,
+    python_sources_allowed,
+)
+from pyspark_dstl.spark.spark_errors import StateVariableError
+from pyspark_dstl.spark.time.clock import TimeSpec
+from pyspark_dstl.spark.time.query_time import time_spec
+from pyspark_dstl.spark.time.ticks import default_demand_file, tick_stream
+
+Sink = Callable[[Any, int], None]
+PYSPARK_PROCESSOR_MODULE = "pyspark.sql.streaming.stateful_processor"
+KEY_TYPES = ("string", "byte", "short", "integer", "long", "boolean", "binary", "float",
+             "double", "timestamp", "timestamp_ntz", "date")
+
+
+def stateful(df: Any) -> StatefulBuilder:
+    """Start describing a stateful step on a streaming (or batch) DataFrame."""
+    return StatefulBuilder(df)
+
+
+class StatefulBuilder:
+    def __init__(self, df: Any) -> None:
+        self._df = df
+
+    def group_by(self, *columns: str) -> GroupedStateful:
+        if not columns:
+            raise ConfigError("group_by(): give at least one grouping column")
+        names = set(self._df.columns)
+        for column in columns:
+            if column not in names:
+                raise ConfigError(f"group_by: no column {column!r} in the input; its columns are "
+                                  f"{sorted(names)}")
+            type_name = self._df.schema[column].dataType.typeName()
+            if type_name not in KEY_TYPES:
+                raise ConfigError(f"group_by: column {column!r} has type {type_name}; grouping "
+                                 f"keys must be one of {', '.join(KEY_TYPES)}")
+        return GroupedStateful(self._df, tuple(columns))
+
+
+class GroupedStateful:
+    def __init__(self, df: Any, key_columns: tuple[str, ...]) -> None:
+        self._df = df
+        self._keys = key_columns
+
+    def process(self, processor: StatefulProcessor | VectorizedStatefulProcessor,
+                output_schema: Any, *, checkpoint: str | None = None,
+                partitions: int | None = None, name: str | None = None,
+                conf: Mapping[str, Any] | None = None, time_mode: str = "none",
+                event_time: str | None = None, watermark_delay: str | float | None = None,
+                initial_state: Any = None) -> StatefulStream:
+        """`conf`: per-query spark.dstl.* settings (full or short keys) over the session's.
+
+        `time_mode`: "none", "processing_time" or "event_time" (PySpark's spellings work too).
+        `event_time` and `watermark_delay` (e.g. "10 minutes") name the event-time column and
+        how late rows may be; without them, a watermark set with df.withWatermark is used.
+        `initial_state`: `other_df.groupBy(<key columns>)`, applied once before the first batch.
+        """
+        if isinstance(processor, type):
+            raise StateVariableError(f"processor: {processor.__name__} is a class; pass an "
+                                     f"instance, {processor.__name__}()")
+        if not isinstance(processor, StatefulProcessor | VectorizedStatefulProcessor):
+            hint = ""
+            if any(c.__module__ == PYSPARK_PROCESSOR_MODULE for c in type(processor).__mro__):
+                hint = ("; a pyspark StatefulProcessor runs with .transformWithStateInPandas(...)"
+                        " or .transformWithState(...)")
+            raise StateVariableError(f"{type(processor).__name__} is neither a "
+                                     f"StatefulProcessor nor a VectorizedStatefulProcessor"
+                                     f"{hint}")
+        spark = self._df.sparkSession
+        time = time_spec(self._df, time_mode, event_time, watermark_delay)
+        check_declarations(processor, time.mode)
+        initial = (None if initial_state is None
+                   else InitialState.of(initial_state, self._keys, self._df.schema))
+        overrides = dict(conf or {})
+        if checkpoint is not None:
+            overrides[QUERY_PREFIX + "checkpointLocation"] = checkpoint
+        if partitions is not None:
+            overrides[QUERY_PREFIX + "partitions"] = partitions
+        if name is not None:
+            overrides[QUERY_PREFIX + "operatorName"] = name
+        settings = DstlSettings.from_session(spark, overrides)
+        location = settings.query.checkpoint_location
+        if location is None:
+            raise ConfigError(f"{QUERY_PREFIX}checkpointLocation: no checkpoint location; pass "
+                              f"checkpoint=... or set {QUERY_PREFIX}checkpointLocation")
+        url = to_url(location)
+        if time.needs_ticks:
+            time = TimeSpec(time.mode, time.event_time_column, time.watermark_delay_ms,
+                            default_demand_file(url, settings.query.operator_name))
+        spec = OperatorSpec(processor=processor, key_columns=self._keys,
+                            output_schema=_struct(spark, output_schema),
+                            checkpoint=url, partitions=settings.query.partitions,
+                            name=settings.query.operator_name, time=time,
+                            initial_state=initial)
+        return StatefulStream(self._df, StatefulOperator(spec, settings))
+
+    def transformWithStateInPandas(
+            self, statefulProcessor: Any, outputStructType: Any,
+            outputMode: str, timeMode: str, initialState: Any = None,
+            eventTimeColumnName: str = "", *, checkpoint: str | None = None,
+            partitions: int | None = None, name: str | None = None,
+            conf: Mapping[str, Any] | None = None) -> StatefulStream:
+        """PySpark's `df.groupBy(...).transformWithStateInPandas(...)` on this backend: a
+        subclass of pyspark.sql.streaming.StatefulProcessor runs unchanged, with pandas
+        DataFrames in and out. The keywords after PySpark's arguments are process(...)'s."""
+        return self._transform("pandas", statefulProcessor, outputStructType, outputMode,
+                               timeMode, initialState, eventTimeColumnName, checkpoint,
+                               partitions, name, conf)
+
+    def transformWithState(
+            self, statefulProcessor: Any, outputStructType: Any,
+            outputMode: str, timeMode: str, initialState: Any = None,
+            eventTimeColumnName: str = "", *, checkpoint: str | None = None,
+            partitions: int | None = None, name: str | None = None,
+            conf: Mapping[str, Any] | None = None) -> StatefulStream:
+        """PySpark's `df.groupBy(...).transformWithState(...)` on this backend: the Row-based
+        variant, with pyspark.sql.Row in and out."""
+        return self._transform("rows", statefulProcessor, outputStructType, outputMode,
+                               timeMode, initialState, eventTimeColumnName, checkpoint,
+                               partitions, name, conf)
+
+    def _transform(self, rows_as: str, processor: Any, output_schema: Any, output_mode: str,
+                   time_mode: str, initial_state: Any, event_time_column: str,
+                   checkpoint: str | None, partitions: int | None, name: str | None,
+                   conf: Mapping[str, Any] | None) -> StatefulStream:
+        from pyspark_dstl.spark.pyspark_api.transform import plan_transform
+
+        plan = plan_transform(self._df, self._keys, processor, output_schema, output_mode,
+                              time_mode, initial_state, event_time_column, rows_as)
+        return self.process(plan.processor, plan.output_schema, checkpoint=checkpoint,
+                            partitions=partitions, name=name, conf=conf,
+                            time_mode=plan.time_mode, initial_state=plan.initial_state)
+
+
+class StatefulStream:
+    """A configured stateful step; `start` runs it as a streaming query via foreachBatch."""
+
+    def __init__(self, df: Any, operator: StatefulOperator) -> None:
+        self._df = df
+        self.operator = operator
+        self.progress: list[BatchProgress] = []
+        self._sink: Sink | None = None
+        self._on_progress: Callable[[BatchProgress], None] | None = None
+
+    def foreach_batch(self, sink: Sink) -> StatefulStream:
+        """`sink(output_df, batch_id)` runs once per batch before the commit; make it
+        idempotent per batch id (a batch can be replayed after a failure)."""
+        self._sink = sink
+        return self
+
+    def on_progress(self, callback: Callable[[BatchProgress], None]) -> StatefulStream:
+        self._on_progress = callback
+        return self
+
+    def run_batch(self, df: Any, batch_id: int) -> None:
+        """The foreachBatch function; also usable directly on a batch DataFrame."""
+        progress = self.operator.process_batch(df, batch_id, self._sink)
+        self.progress.append(progress)
+        if self.operator.conf.query.log_progress:
+            log_batch(progress, self.operator.spec.name, self.operator.checkpoint)
+        if self._on_progress is not None:
+            self._on_progress(progress)
+
+    def start(self, *, trigger: Mapping[str, Any] | None = None,
+              engine_checkpoint: str | None = None, query_name: str | None = None) -> Any:
+        """Start the streaming query. `trigger` as DataStreamWriter.trigger's keywords, e.g.
+        {"availableNow": True} or {"processingTime": "5 seconds"}. The engine's own checkpoint
+        (offsets, commits) goes to `engine_checkpoint`, by default <checkpoint>/engine for a
+        local checkpoint."""
+        from pyspark_dstl.spark.readers.state_reader import register_state_reader
+
+        warn_if_undiscoverable()
+        if trigger is not None and not isinstance(trigger, Mapping):
+            raise ConfigError(f"trigger={trigger!r}: give DataStreamWriter.trigger's keywords as "
+                              f"a dict, e.g. trigger={{'processingTime': {str(trigger)!r}}} or "
+                              f"trigger={{'availableNow': True}}")
+        if not self._df.isStreaming:
+            raise ConfigError("start(): the input is a batch DataFrame, not a stream; read it "
+                              "with spark.readStream, or run it as one batch with "
+                              ".run_batch(df, batch_id)")
+        register_state_reader(self._df.sparkSession)
+        location = engine_checkpoint or self.operator.conf.query.engine_checkpoint_location
+        if location is None:
+            location = default_engine_checkpoint(self.operator.checkpoint)
+        source = self._df
+        tick_file = self.operator.spec.time.tick_file
+        if tick_file is not None and no_data_batches(source.sparkSession):
+            if not python_sources_allowed(source.sparkSession, "timers"):
+                raise ConfigError(
+                    f"{ARROW_RECORDS}: timers reach this backend through a Python data "
+                    f"source, which needs a positive value; set it to a number of rows (Spark's "
+                    f"default is 10000)")
+            self.operator.publish_latest_demand()
+            source = source.unionByName(tick_stream(source.sparkSession, source.schema,
+                                                    tick_file))
+        if self.operator.conf.query.observed_metrics and python_sources_allowed(
+                source.sparkSession, "the state metrics in Spark's progress"):
+            source = with_state_progress(source, self.operator.checkpoint,
+                                         self.operator.spec.name,
+                                         self.operator.conf.backend_settings)
+        writer = source.writeStream.foreachBatch(self.run_batch)
+        writer = writer.option("checkpointLocation", location)
+        if trigger:
+            writer = writer.trigger(**dict(trigger))
+        if query_name:
+            writer = writer.queryName(query_name)
+        if is_connect(source.sparkSession):
+            # Spark Connect runs foreachBatch in a Python process of the server: that process
+            # takes the root at its first batch (a lease is a process's own), not this client
+            return StatefulQuery(writer.start())
+        lease = fencing.start_query(self.operator)  # refused while another run holds the root
+        try:
+            with lease.use():
+                settle_operator(self.operator)  # state schemas: refused or recorded here
+                query = writer.start()
+                fencing.attach_query(self.operator, query)
+        except BaseException:
+            fencing.abandon_query(self.operator)
+            raise
+        return StatefulQuery(query)
+
+
+def _struct(spark: Any, schema: Any) -> Any:
+    from pyspark.sql.types import StructType
+
+    if isinstance(schema, StructType):
+        return schema
+    if isinstance(schema, str):
+        try:  # the session parses it: works on Spark Connect too (no local JVM there)
+            parsed = spark.createDataFrame([], schema).schema
+        except Exception as exc:  # Spark's parse error, whatever its class
+            raise ConfigError(f"output schema {schema!r} is not a valid DDL string: "
+                             f"{exc}") from exc
+        if isinstance(parsed, StructType):
+            return parsed
+    raise ConfigError(f"output schema must be a StructType or a DDL string such as "
+                     f"'user string, count long', got {schema!r}")

@@ -1,0 +1,96 @@
+"""Per-batch state metrics where Spark users look: a JSON log line and Spark's own progress.
+
+The log line: one JSON object per batch through Python logging (logger `PROGRESS_LOGGER`), on
+unless spark.dstl.query.logProgress is false.
+
+Spark's progress: the stateful stage runs inside foreachBatch, after Spark has already read
+the batch's input, and Spark takes a progress report's observed metrics from rows that flow
+through the streaming plan itself. So the query's plan gets one more branch: a static
+"dstl-progress" relation (`readers/progress_source.py`) that yields the metrics of the newest
+committed batch, observed as `OBSERVATION`. It is read when a batch starts, so the observed
+metrics of batch N describe batch N-1 (their `batch_id` says which); docs/metrics.md explains
+why no earlier point exists.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from pyspark_dstl.spark.readers.progress_source import (
+    METRIC_COLUMNS,
+    SOURCE_NAME,
+    DstlProgressSource,
+)
+
+PROGRESS_LOGGER = "pyspark_dstl.progress"
+OBSERVATION = "dstl_state"
+
+log = logging.getLogger(PROGRESS_LOGGER)
+
+
+# --- the log line ---------------------------------------------------------------------------
+
+def progress_record(progress: Any, operator: str, checkpoint: str) -> dict[str, Any]:
+    """A BatchProgress as one JSON-ready object (the upload summary flattened into metrics)."""
+    fields = dataclasses.asdict(progress)
+    fields.pop("upload", None)
+    return {"event": "dstl.batch", "operator": operator, "checkpoint": checkpoint, **fields}
+
+
+def log_batch(progress: Any, operator: str, checkpoint: str) -> None:
+    """Log one batch as a JSON line at INFO. Without any logging configured the line goes to
+    stderr, so it is visible by default; configure logging to send it elsewhere."""
+    _ensure_visible()
+    log.info(json.dumps(progress_record(progress, operator, checkpoint), sort_keys=True,
+                        default=str))
+
+
+def _ensure_visible() -> None:
+    if log.level == logging.NOTSET:
+        log.setLevel(logging.INFO)
+    if not log.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        log.addHandler(handler)
+        log.propagate = False
+
+
+
+# --- Spark's progress -----------------------------------------------------------------------
+
+def with_state_progress(df: Any, checkpoint: str, operator: str,
+                        settings: Mapping[str, str]) -> Any:
+    """`df` with the dstl-progress branch whose observed metrics Spark puts in every progress
+    report; the rows and columns of `df` are unchanged (a left join on false)."""
+    from pyspark.sql import functions as F
+
+    spark = df.sparkSession
+    spark.dataSource.register(DstlProgressSource)
+    metrics = (spark.read.format(SOURCE_NAME).option("operatorName", operator)
+               .option("settings", json.dumps(dict(settings))).load(checkpoint))
+    observed = metrics.observe(
+        OBSERVATION,
+        F.max("__dstl_batch").alias("batch_id"),
+        F.map_from_entries(F.collect_list(F.struct("__dstl_metric", "__dstl_value")))
+        .alias("metrics"))
+    joined = df.join(F.broadcast(observed), F.lit(False), "left")
+    return joined.drop(*METRIC_COLUMNS)  # by name: a column of df may have a dot in its name
+
+
+def observed_state_metrics(progress: Any) -> dict[str, Any] | None:
+    """{"batch_id": ..., "metrics": {...}} from a StreamingQueryProgress (lastProgress, an
+    element of recentProgress or a listener event's progress); None when the report has no
+    observation (a no-data report). Spark Connect's client shows the observed row in another
+    shape (values and schema); both read the same here."""
+    row = progress.observedMetrics.get(OBSERVATION)
+    if row is None:
+        return None
+    data = row.asDict() if hasattr(row, "asDict") else dict(row)
+    if set(data) == {"values", "schema"}:
+        names = [f["name"] for f in data["schema"]["fields"]]
+        data = dict(zip(names, data["values"], strict=True))
+    return {"batch_id": data.get("batch_id"), "metrics": dict(data.get("metrics") or {})}

@@ -1,0 +1,155 @@
+"""spark.dstl.* settings: read on the driver, validated at query start, shipped as a plain dict.
+
+The backend's own keys (state store, RocksDB, changelog, materialization) are parsed by
+BackendSettings; the keys under `spark.dstl.query.` belong to the streaming integration.
+Executors rebuild the options from the same dict, so driver and tasks cannot disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark_dstl.backend.backend_settings import CONF_PREFIX, BackendSettings
+from pyspark_dstl.core.errors import ConfigError
+from pyspark_dstl.core.settings import (
+    BOOL,
+    INT,
+    SIZE,
+    TEXT,
+    WORD,
+    Rule,
+    Section,
+    Settings,
+    setting,
+    setting_keys,
+)
+from pyspark_dstl.core.units import MIB
+
+QUERY_SECTION = "query."
+QUERY_PREFIX = CONF_PREFIX + QUERY_SECTION
+OUTPUT_MODES = ("collect", "files", "cache")
+PLAIN_NAME = Rule("be a non-empty name without '/' or '..'",
+                  lambda name: "/" not in name and ".." not in name)
+
+
+@dataclass(frozen=True)
+class QuerySettings(Settings):
+    """Per-query knobs of the streaming integration, read on the driver only."""
+
+    SECTION = Section(QUERY_PREFIX, "query")
+
+    checkpoint_location: str | None = setting(
+        "checkpointLocation", TEXT, None,
+        "Checkpoint root (a path, `file://`, `s3://` or any fsspec URL) when "
+        "`process(..., checkpoint=...)` does not give one.")
+    engine_checkpoint_location: str | None = setting(
+        "engineCheckpointLocation", TEXT, None, "Where Spark's own offsets and commits go.",
+        shown_default="`<checkpoint>/engine` for local checkpoints")
+    partitions: int | None = setting(
+        "partitions", INT, None,
+        "Number of state partitions; a number other than the checkpoint's rescales its state "
+        "before the first batch (docs/operations.md, Rescaling).", at_least=1,
+        shown_default="as recorded in the checkpoint, else `spark.sql.shuffle.partitions`")
+    operator_name: str = setting(
+        "operatorName", TEXT, "stateful",
+        "The operator's directory under `state/` and its name in the commit log.",
+        rule=PLAIN_NAME)
+    output_mode: str = setting(
+        "outputMode", WORD, "files",
+        "How the stateful stage's output reaches the sink, computed once per batch: "
+        "`files` (each task writes its output once under "
+        "the checkpoint, the sink reads the committed attempts' files; scales with the "
+        "cluster), `collect` (every row to the driver as Arrow) or `cache` (persisted on the "
+        "executors; a lost block runs the stage again).", choices=OUTPUT_MODES)
+    output_inline_bytes: int = setting(
+        "outputInlineBytes", SIZE, 1 * MIB,
+        "`files` output mode: a task whose output is at most this size (Arrow bytes) returns "
+        "it with its meta row instead of writing a file, which saves small batches a Spark "
+        "job; the driver receives at most partitions x this per batch. `0` writes every "
+        "output to a file.", at_least=0)
+    cleanup_interval: int = setting(
+        "cleanupInterval", INT, 10,
+        "Run retention cleanup on the driver every N batches (between batches); `0` switches "
+        "it off.", at_least=0, hint="0 switches cleanup off")
+    log_progress: bool = setting(
+        "logProgress", BOOL, True,
+        "Log one JSON line per batch (logger `pyspark_dstl.progress`, INFO) with the batch's "
+        "state and upload metrics.")
+    observed_metrics: bool = setting(
+        "observedMetrics", BOOL, True,
+        "Put the newest committed batch's state metrics into Spark's progress reports "
+        "(observed metrics `dstl_state`). Costs a fixed 0.15-0.2 s per batch on a two-core "
+        "machine (one more Spark job of one task, a broadcast, one short listing and one read "
+        "of the commit log; docs/metrics.md splits it), so `false` makes short batches faster; "
+        "the log line, the commit entries and `stream.progress` keep every metric either way.")
+
+
+QUERY_CONF_KEYS: dict[str, str] = setting_keys(QuerySettings)
+"""Field name -> key below spark.dstl.query."""
+
+
+def normalize_key(key: str) -> str:
+    """'changelog.persistDelay' and 'spark.dstl.changelog.persistDelay' name the same key."""
+    if not isinstance(key, str) or not key.strip():
+        raise ConfigError(f"setting name must be a non-empty string, got {key!r}")
+    key = key.strip()
+    return key if key.startswith(CONF_PREFIX) else CONF_PREFIX + key
+
+
+@dataclass(frozen=True)
+class DstlSettings:
+    """Validated settings of one query; `settings` is what travels to the executors."""
+
+    settings: Mapping[str, str]
+    backend: BackendSettings = field(compare=False)
+    query: QuerySettings = field(compare=False)
+
+    @property
+    def backend_settings(self) -> dict[str, str]:
+        """The settings the state backend reads (everything but spark.dstl.query.*)."""
+        return {k: v for k, v in self.settings.items() if not k.startswith(QUERY_PREFIX)}
+
+    @classmethod
+    def resolve(cls, spark_conf: Mapping[str, str],
+                overrides: Mapping[str, Any] | None = None) -> DstlSettings:
+        """Session settings under spark.dstl., then per-query overrides (short or full keys)."""
+        settings = {k: str(v) for k, v in spark_conf.items() if k.startswith(CONF_PREFIX)}
+        for key, value in (overrides or {}).items():
+            settings[normalize_key(key)] = _to_setting(value)
+        return cls.from_settings(settings)
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, str]) -> DstlSettings:
+        frozen = dict(sorted(settings.items()))
+        backend = BackendSettings.from_mapping(frozen, other_sections=(QUERY_SECTION,))
+        return cls(frozen, backend, QuerySettings.from_mapping(frozen))
+
+    @classmethod
+    def from_session(cls, spark: Any, overrides: Mapping[str, Any] | None = None) -> DstlSettings:
+        """Read every spark.dstl.* key of a SparkSession (runtime conf and SparkConf)."""
+        found: dict[str, str] = {}
+        for key, value in _launch_settings(spark):
+            if key.startswith(CONF_PREFIX):
+                found[key] = value
+        found.update({k: v for k, v in spark.conf.getAll.items() if k.startswith(CONF_PREFIX)})
+        return cls.resolve(found, overrides)
+
+
+def _launch_settings(spark: Any) -> list[tuple[str, str]]:
+    """The SparkConf's settings; a Spark Connect session has no SparkContext and shows its
+    settings through spark.conf alone."""
+    try:
+        context = spark.sparkContext
+    except AttributeError:  # Spark Connect: PySparkAttributeError
+        return []
+    return list(context.getConf().getAll())
+
+
+def _to_setting(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return ""
+    return str(value)

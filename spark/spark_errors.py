@@ -1,0 +1,63 @@
+"""Exceptions of the Structured Streaming integration; all derive from DstlSparkError.
+
+Configuration problems raise changelog.errors.ConfigError (the project's one config error), so a
+bad `spark.dstl.*` value fails the same way wherever it is parsed.
+"""
+
+from __future__ import annotations
+
+from pyspark_dstl.backend.backend_errors import BackendError
+
+
+class DstlSparkError(BackendError):
+    """Root of every error raised by the Spark integration."""
+
+
+class StateEncodingError(DstlSparkError, TypeError):
+    """A state value or grouping key cannot be encoded with msgpack; names the state variable."""
+
+
+class StateDecodingError(DstlSparkError):
+    """Stored state bytes cannot be decoded; names the state variable."""
+
+
+class StateVariableError(DstlSparkError, ValueError):
+    """A state variable is declared twice with different kinds, or used outside its scope."""
+
+
+class PartitionCountError(DstlSparkError):
+    """The query asks for a number of state partitions other than the checkpoint's."""
+
+
+class CommitValidationError(DstlSparkError):
+    """A partition's new checkpoint is not built on the previously committed one."""
+
+
+class PartitioningError(DstlSparkError):
+    """A row reached a task whose partition does not own its key."""
+
+
+class OutputSchemaError(DstlSparkError, ValueError):
+    """Rows returned by a processor do not fit the declared output schema."""
+
+
+class TimerError(DstlSparkError, ValueError):
+    """A timer call is invalid: no time mode, no current key, or an expiry in the past."""
+
+
+class OutputFileError(DstlSparkError):
+    """A task's output file (outputMode "files") is missing, damaged or not what its task
+    reported; names the file."""
+
+
+class DropInUsageError(DstlSparkError, ValueError):
+    """A call on the drop-in path that this backend cannot run as asked (a stateful step after
+    transformWithState, an action on its streaming result, a sink or trigger it does not
+    support); names the call and what to do instead."""
+
+
+class StateSchemaError(DstlSparkError, ValueError):
+    """A processor's state declarations cannot read the state its checkpoint holds (a
+    narrowed or changed type, a changed key schema, state kind or TTL kind), or a schema
+    record is missing or damaged; raised on the driver before any batch, naming the state
+    variable, the field, the old and the new type, and what to do."""

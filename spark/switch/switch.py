@@ -1,0 +1,124 @@
+"""`install()` and `uninstall()`: PySpark's own `groupBy(...).transformWithStateInPandas(...)` and
+`.transformWithState(...)` on a streaming DataFrame run on this backend.
+
+The switch replaces the two methods on PySpark's GroupedData classes (classic and Spark
+Connect). On a batch DataFrame the replacement calls PySpark's own method, so batch queries
+keep Spark's operator; on a streaming DataFrame it returns a `StatefulDataFrame`, which stands in
+for the DataFrame up to the sink. Installing twice changes nothing; `uninstall` puts PySpark's
+methods back.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from pyspark_dstl.spark.readers.discovery import warn_if_undiscoverable
+from pyspark_dstl.spark.spark_errors import DropInUsageError
+from pyspark_dstl.spark.switch.frame import StatefulDataFrame
+
+ENTRY_POINTS = ("transformWithStateInPandas", "transformWithState")
+ROWS_AS = {"transformWithStateInPandas": "pandas", "transformWithState": "rows"}
+GROUPED_DATA_CLASSES = (("pyspark.sql.group", "GroupedData"),
+                        ("pyspark.sql.connect.group", "GroupedData"))
+_ABSENT = object()
+
+_lock = threading.Lock()
+# (class, method name) -> what the class itself held before install (or _ABSENT when the
+# method was inherited), so that uninstall restores exactly that
+_replaced: dict[tuple[type, str], Any] = {}
+
+
+def install() -> None:
+    """Route PySpark's transformWithState calls on streaming DataFrames to this backend."""
+    warn_if_undiscoverable()
+    with _lock:
+        for cls in _grouped_data_classes():
+            for name in ENTRY_POINTS:
+                if (cls, name) in _replaced or not hasattr(cls, name):
+                    continue
+                _replaced[(cls, name)] = cls.__dict__.get(name, _ABSENT)
+                setattr(cls, name, _entry(name, getattr(cls, name)))
+
+
+def uninstall() -> None:
+    """Give PySpark its own methods back (queries already started keep running here)."""
+    with _lock:
+        for (cls, name), own in _replaced.items():
+            if own is _ABSENT:
+                delattr(cls, name)
+            else:
+                setattr(cls, name, own)
+        _replaced.clear()
+
+
+def installed() -> bool:
+    """Whether `install()` is in effect."""
+    return bool(_replaced)
+
+
+def _grouped_data_classes() -> Iterator[type]:
+    for module_name, class_name in GROUPED_DATA_CLASSES:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:  # Spark Connect's client needs grpc; without it, classic only
+            continue
+        yield getattr(module, class_name)
+
+
+def _entry(name: str, pyspark_method: Callable[..., Any]) -> Callable[..., Any]:
+    signature = inspect.signature(pyspark_method)
+
+    @functools.wraps(pyspark_method)
+    def entry(grouped: Any, *args: Any, **kwargs: Any) -> Any:
+        if not grouped._df.isStreaming:
+            return pyspark_method(grouped, *args, **kwargs)
+        try:
+            bound = signature.bind(grouped, *args, **kwargs)
+        except TypeError as exc:
+            raise DropInUsageError(f"{name}(...): {exc}; the arguments are PySpark's "
+                                   f"({', '.join(list(signature.parameters)[1:])})") from None
+        bound.apply_defaults()
+        arguments = dict(bound.arguments)
+        arguments.pop(next(iter(signature.parameters)))
+        return StatefulDataFrame.of(grouped._df, grouping_columns(grouped), ROWS_AS[name],
+                                    arguments)
+
+    entry.__dstl_entry__ = True  # type: ignore[attr-defined]
+    return entry
+
+
+def grouping_columns(grouped: Any) -> tuple[str, ...]:
+    """The names of the columns a GroupedData groups by; expressions are refused by name."""
+    df = grouped._df
+    if hasattr(grouped, "_grouping_cols"):  # Spark Connect
+        names = tuple(df.select(*grouped._grouping_cols).columns)
+        described = [str(column) for column in grouped._grouping_cols]
+    else:  # classic: the JVM's RelationalGroupedDataset knows its grouping expressions
+        expressions = _jvm_list(df, grouped._jgd.groupingExprs())
+        names = tuple(_expression_name(e) for e in expressions)
+        described = [str(e.toString()) for e in expressions]
+    existing = set(df.columns)
+    for name, text in zip(names, described, strict=True):
+        if name not in existing:
+            raise DropInUsageError(
+                f"groupBy({text}): this backend groups by columns of the input; add the "
+                f"expression as a column first (df.withColumn({name!r}, ...)) and group by "
+                f"its name")
+    return names
+
+
+def _jvm_list(df: Any, seq: Any) -> list[Any]:
+    converters = df.sparkSession._jvm.scala.jdk.javaapi.CollectionConverters
+    return list(converters.asJava(seq))
+
+
+def _expression_name(expression: Any) -> str:
+    kind = expression.getClass().getSimpleName()
+    if kind in ("UnresolvedAttribute", "AttributeReference", "Alias"):
+        return str(expression.name())
+    return str(expression.toString())
