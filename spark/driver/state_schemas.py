@@ -42,6 +42,7 @@ from pyspark_dstl.spark.codec.schema_records import (
     read_records,
     records_prefix,
 )
+from pyspark_dstl.spark.readers.state_location import SPARK_CALL_EXTRA
 from pyspark_dstl.spark.spark_errors import StateSchemaError
 
 
@@ -130,8 +131,15 @@ def ensure_settled(operator: Any) -> None:
 
 
 def commit_extra(operator: Any) -> dict[str, Any]:
-    """What a commit entry records: the schema id its batch wrote with."""
-    history = getattr(operator.spec.processor, "history", None)
+    """What a commit entry records of a PySpark processor: the schema id its batch wrote with,
+    and the call that started it (PySpark's entry point and output mode, which Spark's
+    state-metadata shows)."""
+    processor = operator.spec.processor
+    history = getattr(processor, "history", None)
     if not isinstance(history, SchemaHistory):
         return {}
-    return {COMMIT_EXTRA: {operator.spec.name: history.current}}
+    extra: dict[str, Any] = {COMMIT_EXTRA: {operator.spec.name: history.current}}
+    call = getattr(processor, "spark_call", None)
+    if callable(call):
+        extra[SPARK_CALL_EXTRA] = {operator.spec.name: call()}
+    return extra

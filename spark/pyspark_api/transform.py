@@ -91,7 +91,8 @@ def plan_transform(df: Any, key_columns: Sequence[str], processor: Any, output_s
                      max_bytes=_arrow_limit(df, "maxBytesPerBatch", 0))
     schemas, variables = declared_schemas(processor, mode, entry)
     declarations = Declarations(_grouping_key_schema(df, key_columns), variables)
-    adapter = PySparkProcessorAdapter(processor, shape, schemas, entry, declarations)
+    adapter = PySparkProcessorAdapter(processor, shape, schemas, entry, declarations,
+                                      output_mode=str(output_mode).strip().lower())
     return CompatPlan(adapter, struct, mode, initial)
 
 
@@ -213,16 +214,23 @@ class PySparkProcessorAdapter(StatefulProcessor):
     """A pyspark StatefulProcessor as a per-key processor of this backend."""
 
     def __init__(self, processor: Any, shape: RowShape, schemas: dict[str, str],
-                 entry: str, declarations: Declarations | None = None) -> None:
+                 entry: str, declarations: Declarations | None = None,
+                 output_mode: str = "update") -> None:
         self.processor = processor
         self.shape = shape
         self.schemas = schemas
         self.entry = entry
         self.display_name = type(processor).__name__
         self.declarations = declarations
+        self.output_mode = output_mode  # "append" or "update", as the call gave it
         # the checkpoint's state schemas, settled by the driver when the query starts
         # (driver/state_schemas.py); None: values are written without a schema id
         self.history: SchemaHistory | None = None
+
+    def spark_call(self) -> dict[str, str]:
+        """What Spark's state-metadata shows of the call: PySpark's entry point (its operator
+        name follows from it) and the output mode (readers/state_metadata.py)."""
+        return {"entry": self.entry, "output_mode": self.output_mode}
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         from pyspark.sql.streaming.stateful_processor import TimerValues
