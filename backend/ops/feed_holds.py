@@ -95,11 +95,13 @@ def feed_positions(storage: RemoteFiles) -> dict[str, int]:
     return positions
 
 
-def forget_older_positions(storage: RemoteFiles, feed: str, position: int) -> int:
-    """Delete the feed's records below `position` (its newest); the number deleted."""
+def forget_other_positions(storage: RemoteFiles, feed: str, position: int) -> int:
+    """Delete the feed's records other than `position` (written just before): the older ones
+    once it moved on, and higher ones of an earlier life of a feed started anew under the
+    same name. The number deleted."""
     prefix = feed_prefix(feed)
     older = [f"{prefix}{value}.json"
-             for value in _positions_of(storage, prefix).get(feed, []) if value < position]
+             for value in _positions_of(storage, prefix).get(feed, []) if value != position]
     if older:
         try:
             storage.loop.run(storage.adelete_many(older))

@@ -31,9 +31,14 @@ from pyspark.sql.datasource import (
     InputPartition,
 )
 
-from pyspark_dstl.backend.ops.feed_holds import forget_older_positions, record_position
+from pyspark_dstl.backend.ops.feed_holds import (
+    feed_positions,
+    forget_other_positions,
+    record_position,
+)
 from pyspark_dstl.changelog.changelog_errors import ChangelogError
 from pyspark_dstl.changelog.changelog_service import ChangelogService
+from pyspark_dstl.spark.locations import to_url
 from pyspark_dstl.spark.readers import statestore_options as names
 from pyspark_dstl.spark.readers.change_feed import ChangePartition, ChangeRows, change_partitions
 from pyspark_dstl.spark.readers.state_location import RETENTION_KEY, StateLocation
@@ -124,7 +129,7 @@ class FeedPlan:
             self.schema = state_schema(operator.grouping_key(), self.target, True, True,
                                        whole_lists=self.rows.whole_lists)
         engine = _option(options, ENGINE_CHECKPOINT)
-        self.engine_url = engine if engine else self.url.rstrip("/") + "/engine"
+        self.engine_url = to_url(engine) if engine else self.url.rstrip("/") + "/engine"
 
 
 class ChangeStreamReader(DataSourceStreamReader):
@@ -134,7 +139,9 @@ class ChangeStreamReader(DataSourceStreamReader):
         self.plan = FeedPlan(options)
         self._location: StateLocation | None = None
         self._engine: ChangelogService | None = None
-        self._latest = self.plan.start
+        # the end of the last range handed out, where the next one starts: the start for a
+        # new query (initialOffset), else the feed's recorded position (its last commit)
+        self._latest: int | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -151,11 +158,17 @@ class ChangeStreamReader(DataSourceStreamReader):
     def initialOffset(self) -> dict[str, int]:
         start = self.plan.start
         self._check_retained(start)
-        record_position(self.location.storage, self.plan.feed, start)
+        storage = self.location.storage
+        record_position(storage, self.plan.feed, start)
+        forget_other_positions(storage, self.plan.feed, start)  # a feed started anew
+        self._latest = start
         return {"batch": start}
 
     def latestOffset(self) -> dict[str, int]:  # type: ignore[override]
         """PySpark 4.0's signature, which 4.2+ still calls (without a read limit)."""
+        if self._latest is None:
+            recorded = feed_positions(self.location.storage).get(self.plan.feed)
+            self._latest = self.plan.start if recorded is None else recorded
         batches = self.location.batch_ids(refresh=True)
         if batches:
             newest = batches[-1]
@@ -178,7 +191,7 @@ class ChangeStreamReader(DataSourceStreamReader):
         position = int(end["batch"])
         storage = self.location.storage
         record_position(storage, self.plan.feed, position)
-        forget_older_positions(storage, self.plan.feed, position)
+        forget_other_positions(storage, self.plan.feed, position)
 
     def stop(self) -> None:
         for client in (self._location, self._engine):
@@ -194,15 +207,13 @@ class ChangeStreamReader(DataSourceStreamReader):
         batches = location.batch_ids(refresh=True)
         if not batches or batch_id > batches[-1] or batch_id in set(batches):
             return
-        retained = location.settings.get(RETENTION_KEY, "its default")
-        held = location.settings.get(HOLD_KEY, "its default")
         raise ChangeFeedError(
             f"change feed {self.plan.feed!r} on {location.location}: batch {batch_id}, which it "
             f"reads next, is no longer retained (the producer keeps {batches[0]}..{batches[-1]}):"
-            f" its cleanup keeps {RETENTION_KEY} (here {retained}) batches and at most {HOLD_KEY}"
-            f" (here {held}) more for feeds behind; raise {HOLD_KEY} on the producer, or start "
-            f"the feed again (a new checkpoint) with {STARTING_BATCH_ID}={batches[0]} from the "
-            f"state reader's view of batch {batches[0] - 1}")
+            f" the producer's cleanup keeps {RETENTION_KEY} batches and at most {HOLD_KEY} more "
+            f"for the feeds behind; raise {HOLD_KEY} on the producer, or start the feed anew "
+            f"(a new checkpoint) with {STARTING_BATCH_ID}={batches[0]} after copying the state "
+            f"reader's view of batch {batches[0] - 1}")
 
     def _engine_committed(self, batch_id: int) -> bool:
         """Whether the producer's engine committed `batch_id` (so it is never run again)."""
