@@ -37,8 +37,15 @@ from pyspark_dstl.spark.readers import state_data_errors as errors
 from pyspark_dstl.spark.readers.spark_rows import Row, RowMaker
 from pyspark_dstl.spark.readers.state_location import StateLocation
 from pyspark_dstl.spark.readers.statestore_schema import ReadTarget
+from pyspark_dstl.spark.spark_errors import DstlSparkError, StateDecodingError
 
 Writes = dict[bytes, bytes | None]  # key -> its last value in the batch (None: removed)
+
+
+class ChangeFeedError(DstlSparkError, ValueError):
+    """A change feed cannot go on as asked: an option is missing or wrong, the batches it
+    needs are no longer retained by the producer, or the producer's state schema changed
+    after the feed started; names the option, the setting or the variable."""
 
 
 @dataclass(frozen=True)
@@ -200,5 +207,13 @@ class ChangeRows:
             writes = batch_writes(storage, commit, (cf,))[cf]
             maker = RowMaker(self.target, self.history, list(self.key_types), num_partitions,
                              grouped)
-            yield from maker.change_rows(commit.batch_id, sorted(writes.items()),
-                                         whole_lists=self.whole_lists)
+            try:
+                rows = list(maker.change_rows(commit.batch_id, sorted(writes.items()),
+                                              whole_lists=self.whole_lists))
+            except StateDecodingError as exc:
+                raise ChangeFeedError(
+                    f"change feed of {self.target.name!r}: batch {commit.batch_id} holds "
+                    f"values this feed cannot show in its schema (the producer's state schema "
+                    f"changed after the feed's query started?); start the consuming query "
+                    f"again to read them in the producer's new schema: {exc}") from exc
+            yield from rows

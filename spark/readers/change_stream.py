@@ -40,12 +40,16 @@ from pyspark_dstl.changelog.changelog_errors import ChangelogError
 from pyspark_dstl.changelog.changelog_service import ChangelogService
 from pyspark_dstl.spark.locations import to_url
 from pyspark_dstl.spark.readers import statestore_options as names
-from pyspark_dstl.spark.readers.change_feed import ChangePartition, ChangeRows, change_partitions
+from pyspark_dstl.spark.readers.change_feed import (
+    ChangeFeedError,
+    ChangePartition,
+    ChangeRows,
+    change_partitions,
+)
 from pyspark_dstl.spark.readers.state_location import RETENTION_KEY, StateLocation
 from pyspark_dstl.spark.readers.statestore import read_target, settings_of
 from pyspark_dstl.spark.readers.statestore_options import StateSourceOptions
 from pyspark_dstl.spark.readers.statestore_schema import LIST, state_schema
-from pyspark_dstl.spark.spark_errors import DstlSparkError
 
 SOURCE_NAME = "dstl-changes"
 FEED_NAME = "feedName"
@@ -53,11 +57,6 @@ STARTING_BATCH_ID = "startingBatchId"
 ENGINE_CHECKPOINT = "engineCheckpointLocation"
 HOLD_KEY = "spark.dstl.stateStore.maxBatchesHeldForFeeds"
 ENGINE_COMMITS = "commits/"
-
-
-class ChangeFeedError(DstlSparkError, ValueError):
-    """A change feed cannot go on as asked: an option is missing or wrong, or the batches it
-    needs are no longer retained by the producer; names the option or the setting."""
 
 
 def _option(given: Mapping[str, str], name: str) -> str | None:

@@ -32,7 +32,7 @@ SOURCES = (statestore.StateStoreSource, state_metadata.StateMetadataSource,
            change_stream.ChangeStreamSource)
 
 
-def register_sources(spark: Any) -> None:
+def register_state_sources(spark: Any) -> None:
     """This backend's readers of state, by name, in `spark` (registering again replaces)."""
     for source in SOURCES:
         spark.dataSource.register(source)
@@ -55,6 +55,6 @@ def routed_read(spark: Any, source: str | None, path: Any,
     target = SPARK_STATE_SOURCES[str(source).strip().lower()]
     extra = {statestore.SETTINGS_OPTION: json.dumps(dict(settings))}
     if target == statestore.SOURCE_NAME:
-        statestore.StateStoreRead({**options, **extra, "path": path})  # Spark's load() checks
-    register_sources(spark)
+        statestore.StateStoreRead({**options, **extra, "path": path}, planned=False)
+    register_state_sources(spark)
     return target, extra

@@ -36,22 +36,28 @@ class StateDataSourceError(DstlSparkError, SparkRuntimeException):
     """A read of Spark's state data sources on this backend's checkpoint failed as Spark's
     would: `getCondition()` and `getSqlState()` are Spark's, `str()` is Spark's text."""
 
-    def __init__(self, condition: str, text: str,
-                 parameters: dict[str, str] | None = None) -> None:
+    def __init__(self, condition: str, text: str, parameters: dict[str, str] | None = None,
+                 detail: str | None = None) -> None:
         self.condition = condition
-        self.text = text
+        self.text = text  # Spark's message
+        self.detail = detail  # what this backend adds, on the lines after Spark's
         self.sql_state = SQL_STATES[condition]
-        SparkRuntimeException.__init__(self, message=f"{text} SQLSTATE: {self.sql_state}",
+        SparkRuntimeException.__init__(self, message=self._message_text(),
                                        errorClass=condition, messageParameters=parameters or {})
+
+    def _message_text(self) -> str:
+        return f"{self.text} SQLSTATE: {self.sql_state}" + (
+            f"\n{self.detail}" if self.detail else "")
 
     def getSqlState(self) -> str:
         return self.sql_state
 
     def __str__(self) -> str:
-        return f"[{self.condition}] {self.text} SQLSTATE: {self.sql_state}"
+        return f"[{self.condition}] {self._message_text()}"
 
-    def __reduce__(self) -> tuple[type, tuple[str, str, dict[str, str]]]:
-        return type(self), (self.condition, self.text, dict(self._messageParameters or {}))
+    def __reduce__(self) -> tuple[type, tuple[str, str, dict[str, str], str | None]]:
+        return type(self), (self.condition, self.text, dict(self._messageParameters or {}),
+                            self.detail)
 
 
 def required(option: str) -> StateDataSourceError:
@@ -86,8 +92,8 @@ def no_committed_batch(location: str, why: str | None = None) -> StateDataSource
     return StateDataSourceError(
         NO_COMMITTED_BATCH,
         f"No committed batch found, checkpoint location: {location}. Ensure that the query "
-        f"has run and committed any microbatch before stopping." + (f"\n{why}" if why else ""),
-        {"checkpointLocation": location})
+        f"has run and committed any microbatch before stopping.",
+        {"checkpointLocation": location}, detail=why)
 
 
 def no_operator_metadata(location: str, batch_id: int) -> StateDataSourceError:

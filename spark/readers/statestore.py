@@ -106,7 +106,9 @@ class StateStoreRead:
     what it shows, its schema and partitions. Built anew on the driver for the schema and for
     the reader (PySpark plans a Python source in two workers)."""
 
-    def __init__(self, given: Mapping[str, Any]) -> None:
+    def __init__(self, given: Mapping[str, Any], planned: bool = True) -> None:
+        """`planned`: also find the partitions to read (the reader's; the schema needs
+        only the checks)."""
         if names.PATH.lower() not in names.lowered(given):
             raise errors.required(names.PATH)
         self.settings = settings_of(given)
@@ -126,7 +128,7 @@ class StateStoreRead:
             self.key = operator.grouping_key()
             self.key_types = operator.key_types()
             self.history: SchemaHistory | None = operator.history
-            self.partitions = self._partitions(location)
+            self.partitions = self._partitions(location) if planned else []
 
     @property
     def schema(self) -> Any:
@@ -156,7 +158,7 @@ class StateStoreSource(DataSource):
         return SOURCE_NAME
 
     def schema(self) -> Any:
-        return StateStoreRead(self.options).schema
+        return StateStoreRead(self.options, planned=False).schema
 
     def reader(self, schema: Any) -> DataSourceReader:
         return StateStoreReader(StateStoreRead(self.options))

@@ -13,7 +13,8 @@ import pytest
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
 from pyspark_dstl.backend.ops.feed_holds import feed_positions
 from pyspark_dstl.changelog.changelog_service import ChangelogService
-from pyspark_dstl.spark.readers.change_stream import ChangeFeedError, ChangeStreamReader
+from pyspark_dstl.spark.readers.change_feed import ChangeFeedError
+from pyspark_dstl.spark.readers.change_stream import ChangeStreamReader
 from tests.support.change_feed_jobs import FEED_NAME, item_frames, mirror_of, state_of
 from tests.support.compat_runs import write_inputs
 from tests.support.state_data import plain

@@ -17,6 +17,7 @@ Two things are compared by rule instead of by value, as noted where they are:
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,12 +71,28 @@ class Pairs:
         self._made: dict[str, Pair] = {}
 
     def get(self, scenario: Scenario, restarts: bool = False) -> Pair:
+        """The pair, run with the switch off whatever the calling test has on: PySpark's run
+        must be PySpark's own operator (the DropInEngine installs the switch for its run)."""
+        import pyspark_dstl
+
         name = scenario.name + ("-restarts" if restarts else "")
         if name not in self._made:
-            self._made[name] = self._make(scenario, restarts, self.root / name)
+            switched = pyspark_dstl.installed()
+            if switched:
+                pyspark_dstl.uninstall()
+            try:
+                pair = self._make(scenario, restarts, self.root / name)
+            finally:
+                if switched:
+                    pyspark_dstl.install()
+            assert (pair.pyspark / "commits" / "0").is_file()  # Spark's own commit log
+            assert (pair.pyspark / "state" / "0").is_dir()  # and Spark's own state store
+            assert (pair.dropin / "commits" / "0.0").is_file()  # this backend's
+            self._made[name] = pair
         return self._made[name]
 
     def _make(self, scenario: Scenario, restarts: bool, root: Path) -> Pair:
+        shutil.rmtree(root, ignore_errors=True)  # what an earlier, failed attempt left
         workspace = Workspace(root)
         if scenario.pauses is not None:
             windows = run_timed_steps(self.spark, scenario, workspace)
@@ -391,3 +408,12 @@ def test_spark_session_reads_inside_foreach_batch_see_the_same_as_pyspark(
     assert query.exception() is None
     assert seen["pyspark"][0].error is None
     assert seen["dropin"] == seen["pyspark"]
+
+
+def test_by_its_own_name_a_bad_read_carries_sparks_condition_in_pysparks_wrapper(
+        spark: Any, pairs: Pairs) -> None:
+    reader = (spark.read.format("dstl-statestore").option("stateVarName", "nope")
+              .option("settings", "{}"))
+    with pytest.raises(Exception, match=r"\[STDS_INVALID_OPTION_VALUE.WITH_MESSAGE\] Invalid "
+                                        r"value for source option 'stateVarName'"):
+        reader.load(str(pairs.get(RUNNING_COUNT).dropin)).collect()
