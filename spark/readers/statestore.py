@@ -125,6 +125,9 @@ class StateStoreRead:
                                      f"0..{count - 1})")
             self.operator = operator
             self.target = read_target(self.options, operator, location.location)
+            snapshot = self.options.snapshot
+            if snapshot is not None and snapshot[1] >= operator.num_partitions:
+                raise errors.no_partition(snapshot[1], self.options.operator_id, self.url)
             self.key = operator.grouping_key()
             self.key_types = operator.key_types()
             self.history: SchemaHistory | None = operator.history
@@ -137,9 +140,6 @@ class StateStoreRead:
 
     def _partitions(self, location: StateLocation) -> list[InputPartition]:
         if self.options.change_range is None:
-            snapshot = self.options.snapshot
-            if snapshot is not None and snapshot[1] >= self.operator.num_partitions:
-                raise errors.no_partition(snapshot[1], self.options.operator_id, self.url)
             return [StatePartition(p, info) for p, info in sorted(self.operator.stores.items())]
         start, end = self.options.change_range
         return list(change_partitions(location, self.options.operator_id, start, end))
