@@ -26,6 +26,7 @@ import pandas as pd
 
 ITEMS = "user string, item string"
 FEED_NAME = "mirror"
+PRODUCER_SETTINGS = {"spark.sql.shuffle.partitions": "3"}
 
 
 def item_frames(count: int, rows: int, users: int, seed: int) -> list[pd.DataFrame]:
@@ -72,6 +73,29 @@ def consumer(location: str, checkpoint: str, output: str) -> None:
     query.awaitTermination()
     print("DONE", flush=True)
     spark.stop()
+
+
+def run_producer(spark: Any, inputs: Path, location: Path,
+                 settings: dict[str, str] | None = None) -> None:
+    """PySpark's own query with the switch on: item counts per user, every input file."""
+    import pyspark_dstl
+    from tests.support.compat_runs import input_stream
+    from tests.support.tws_compare import session_conf
+    from tests.support.tws_processors import ItemCountsProcessor
+
+    with session_conf(spark, {**PRODUCER_SETTINGS, **(settings or {})}):
+        pyspark_dstl.install()
+        try:
+            counts = (input_stream(spark, inputs, ITEMS).groupBy("user")
+                      .transformWithStateInPandas(ItemCountsProcessor(),
+                                                  ItemCountsProcessor.OUTPUT, "Update", "None"))
+            query = (counts.writeStream.foreachBatch(lambda df, batch_id: None)
+                     .option("checkpointLocation", str(location))
+                     .trigger(availableNow=True).start())
+            query.awaitTermination()
+            assert query.exception() is None
+        finally:
+            pyspark_dstl.uninstall()
 
 
 def mirror_of(rows: Iterable[Any]) -> dict[tuple[str, str], int]:

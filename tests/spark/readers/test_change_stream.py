@@ -15,37 +15,18 @@ from pyspark_dstl.backend.ops.feed_holds import feed_positions
 from pyspark_dstl.changelog.changelog_service import ChangelogService
 from pyspark_dstl.spark.readers.change_feed import ChangeFeedError
 from pyspark_dstl.spark.readers.change_stream import ChangeStreamReader
-from tests.support.change_feed_jobs import FEED_NAME, item_frames, mirror_of, state_of
+from tests.support.change_feed_jobs import (
+    FEED_NAME,
+    item_frames,
+    mirror_of,
+    run_producer,
+    state_of,
+)
 from tests.support.compat_runs import write_inputs
 from tests.support.state_data import plain
-from tests.support.tws_compare import session_conf
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
-ITEMS = "user string, item string"
-PRODUCER_SETTINGS = {"spark.sql.shuffle.partitions": "3"}
-
-
-def run_producer(spark: Any, inputs: Path, location: Path,
-                 settings: dict[str, str] | None = None) -> None:
-    """PySpark's own query with the switch on: item counts per user, every input file."""
-    import pyspark_dstl
-    from tests.support.compat_runs import input_stream
-    from tests.support.tws_processors import ItemCountsProcessor
-
-    with session_conf(spark, {**PRODUCER_SETTINGS, **(settings or {})}):
-        pyspark_dstl.install()
-        try:
-            counts = (input_stream(spark, inputs, ITEMS).groupBy("user")
-                      .transformWithStateInPandas(ItemCountsProcessor(),
-                                                  ItemCountsProcessor.OUTPUT, "Update", "None"))
-            query = (counts.writeStream.foreachBatch(lambda df, batch_id: None)
-                     .option("checkpointLocation", str(location))
-                     .trigger(availableNow=True).start())
-            query.awaitTermination()
-            assert query.exception() is None
-        finally:
-            pyspark_dstl.uninstall()
 
 
 def run_consumer(spark: Any, location: Path, checkpoint: Path,
@@ -185,3 +166,33 @@ def test_a_feed_behind_the_bound_fails_by_name_and_cleanup_goes_on(
                                         r"next, is no longer retained .*"
                                         r"raise spark.dstl.stateStore.maxBatchesHeldForFeeds"):
         run_consumer(spark, tmp_path / "ckpt", tmp_path / "feed", batches)
+
+
+def test_the_batch_change_feed_of_a_cleaned_up_batch_names_the_retention_setting(
+        spark: Any, tmp_path: Path, frames: list[Any]) -> None:
+    from pyspark.errors import SparkRuntimeException
+
+    import pyspark_dstl
+
+    write_inputs(tmp_path / "in", frames)
+    run_producer(spark, tmp_path / "in", tmp_path / "ckpt", RETAIN)
+    assert committed(tmp_path / "ckpt") == [4, 5]
+    pyspark_dstl.install()
+    try:
+        reader = (spark.read.format("statestore").option("stateVarName", "items")
+                  .option("readChangeFeed", "true").option("changeStartBatchId", 2))
+        with pytest.raises(SparkRuntimeException) as caught:
+            reader.load(str(tmp_path / "ckpt"))
+        retained = change_feed_frame(spark, tmp_path / "ckpt", 4).collect()
+    finally:
+        pyspark_dstl.uninstall()
+    assert caught.value.getCondition() == "STDS_COMMITTED_BATCH_UNAVAILABLE"
+    assert ("batch 2 is no longer retained: cleanup keeps the newest "
+            "spark.dstl.stateStore.minBatchesToRetain") in str(caught.value)
+    assert {row["batch_id"] for row in retained} == {4, 5}
+
+
+def change_feed_frame(spark: Any, location: Path, start: int) -> Any:
+    return (spark.read.format("statestore").option("stateVarName", "items")
+            .option("readChangeFeed", "true").option("changeStartBatchId", start)
+            .load(str(location)))

@@ -70,18 +70,27 @@ def test_kills_of_either_query_leave_every_change_once_and_the_mirror_exact(
     first = Job("producer", ["producer", str(inputs), location], logs)
     assert "DONE" in first.finish(), first.log.read_text()[-3000:]
     written = 2
+    killed_running = 0
     for cycle in range(CYCLES):
         write_inputs(inputs, frames[written:written + 2], start=written)
         written += 2
-        kill_point = {"DSTL_KILL_POINT": "commit_log_after:2"} if cycle == 0 else {}
-        producer = Job("producer", ["producer", str(inputs), location], logs, kill_point)
+        if cycle == 0:  # the producer dies right after its second commit entry
+            producer = Job("producer", ["producer", str(inputs), location], logs,
+                           {"DSTL_KILL_POINT": "commit_log_after:2"})
+            consumer = Job("consumer", ["consumer", location, feed, output], logs)
+            assert "killed at commit_log_after" in producer.finish(), producer.log.read_text()
+            consumer.finish()
+            continue
+        producer = Job("producer", ["producer", str(inputs), location], logs)
         consumer = Job("consumer", ["consumer", location, feed, output], logs)
         victims = rng.choice([[producer], [consumer], [producer, consumer]])
         time.sleep(rng.uniform(3, 35))
         for job in victims:
+            killed_running += job.process.poll() is None
             job.kill()
         for job in (producer, consumer):
             job.finish()
+    assert killed_running >= 2, "the random kills all came after the jobs had ended"
     producer = Job("producer", ["producer", str(inputs), location], logs)
     assert "DONE" in producer.finish(), producer.log.read_text()[-3000:]
     consumer = Job("consumer", ["consumer", location, feed, output], logs)
