@@ -38,7 +38,6 @@ from pyspark_dstl.backend.ops.feed_holds import (
 )
 from pyspark_dstl.changelog.changelog_errors import ChangelogError
 from pyspark_dstl.changelog.changelog_service import ChangelogService
-from pyspark_dstl.spark.locations import to_url
 from pyspark_dstl.spark.readers import statestore_options as names
 from pyspark_dstl.spark.readers.change_feed import (
     ChangeFeedError,
@@ -46,7 +45,7 @@ from pyspark_dstl.spark.readers.change_feed import (
     ChangeRows,
     change_partitions,
 )
-from pyspark_dstl.spark.readers.state_location import RETENTION_KEY, StateLocation
+from pyspark_dstl.spark.readers.state_location import RETENTION_KEY, StateLocation, state_url
 from pyspark_dstl.spark.readers.statestore import read_target, settings_of
 from pyspark_dstl.spark.readers.statestore_options import StateSourceOptions
 from pyspark_dstl.spark.readers.statestore_schema import LIST, state_schema
@@ -128,7 +127,7 @@ class FeedPlan:
             self.schema = state_schema(operator.grouping_key(), self.target, True, True,
                                        whole_lists=self.rows.whole_lists)
         engine = _option(options, ENGINE_CHECKPOINT)
-        self.engine_url = to_url(engine) if engine else self.url.rstrip("/") + "/engine"
+        self.engine_url = state_url(engine) if engine else self.url.rstrip("/") + "/engine"
 
 
 class ChangeStreamReader(DataSourceStreamReader):

@@ -28,6 +28,7 @@ SPARK_CALL_EXTRA = "spark_calls"
 """Commit entry extra: operator -> the PySpark call that started it ({"entry": ..., "output_mode":
 ...}), written by driver/state_schemas.py."""
 COMMITS_DIR = "commits"
+HADOOP_S3_SCHEMES = ("s3a://", "s3n://")
 RETENTION_KEY = "spark.dstl.stateStore.minBatchesToRetain"
 OPERATOR_NAMES = {"transformWithStateInPandas": "transformWithStateInPandasExec",
                   "transformWithState": "transformWithStateInPySparkExec"}
@@ -39,6 +40,16 @@ TIME_MODE_WORDS = {NO_TIME_MODE: "NoTime", PROCESSING_TIME: "ProcessingTime",
 TIMER_VARIABLES = {PROCESSING_TIME: "$procTimers_keyToTimestamp",
                    EVENT_TIME: "$eventTimers_keyToTimestamp"}
 """The name Spark lists the timers under among the state variables, per time mode."""
+
+
+def state_url(path: str) -> str:
+    """The URL of a checkpoint location as this backend's storage opens it: Hadoop's `s3a://`
+    and `s3n://` name the same objects as `s3://` (the switch keeps a query's state there)."""
+    url = to_url(path)
+    for scheme in HADOOP_S3_SCHEMES:
+        if url.startswith(scheme):
+            return "s3://" + url[len(scheme):]
+    return url
 
 
 def operator_names(entry: CommitEntry) -> list[str]:
@@ -122,8 +133,8 @@ class StateLocation:
     """A checkpoint location opened for reading (one storage client; close it)."""
 
     def __init__(self, path: str, settings: Mapping[str, str] | None = None) -> None:
-        self.url = to_url(path)
-        self.location = self.url  # how Spark's messages show the location
+        self.url = state_url(path)
+        self.location = to_url(path)  # how Spark's messages show the location
         self.settings = dict(settings or {})
         options = BackendSettings.from_mapping(self.settings)
         self.storage = ChangelogService(self.url, options.changelog)
@@ -197,7 +208,7 @@ def holds_backend_checkpoint(path: str, settings: Mapping[str, str] | None = Non
     `commits/` holds entries named as this backend names them (`<batch>.<generation>`; Spark's
     own commit log names its files `<batch>`). One listing; nothing is read."""
     try:
-        url = to_url(path)
+        url = state_url(path)
     except Exception:  # not a location this backend can open: Spark's source decides
         return False
     options = BackendSettings.from_mapping(dict(settings or {}))
