@@ -12,7 +12,7 @@ into a foreachBatch sink that notes when each producer batch's rows arrive. Lag 
 arrival - the time it became final (Spark's engine commit of the producer, `commits/<batch>`
 under its engine checkpoint), and arrival - its commit entry here.
 
-    python -m benchmarks.change_feed [--quick] [--keys 100000] [--files 10] [--rows 50000]
+    python -m benchmarks.change_feed [--quick] [--keys 50000] [--files 8] [--rows 25000]
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ SPARK_STATE_CONF = {
         "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
 }
-FULL = {"keys": 100_000, "files": 10, "rows": 50_000, "partitions": 4, "rounds": 3,
-        "stream_files": 12, "stream_rows": 20_000, "producer_trigger": "2 seconds"}
+FULL = {"keys": 50_000, "files": 8, "rows": 25_000, "partitions": 4, "rounds": 3,
+        "stream_files": 10, "stream_rows": 10_000, "producer_trigger": "2 seconds"}
 QUICK = {"keys": 5_000, "files": 3, "rows": 5_000, "partitions": 2, "rounds": 1,
          "stream_files": 3, "stream_rows": 2_000, "producer_trigger": "2 seconds"}
 
@@ -68,7 +68,7 @@ def run_query(spark: Any, inputs: Path, location: Path, switched: bool) -> None:
     if switched:
         pyspark_dstl.install()
     try:
-        query = (counts(spark, inputs).writeStream.foreachBatch(lambda df, batch_id: None)
+        query = (counts(spark, inputs).writeStream.format("noop").outputMode("update")
                  .option("checkpointLocation", str(location)).trigger(availableNow=True)
                  .start())
         query.awaitTermination()
@@ -200,7 +200,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                                  "spark_state_conf": SPARK_STATE_CONF})
     with scratch(args, "change-feed") as work:
         spark = build_session(master="local[2]", app_name="pyspark-dstl-bench",
-                              extra={**SPARK_STATE_CONF,
+                              extra={**SPARK_STATE_CONF, "spark.dstl.query.logProgress": "false",
                                      "spark.sql.shuffle.partitions": str(plan["partitions"])})
         try:
             cost(report, spark, plan, work, args.seed)
