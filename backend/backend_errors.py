@@ -25,6 +25,11 @@ class CorruptCheckpointError(BackendError):
     """A checkpoint file or record is unreadable or inconsistent; names the file."""
 
 
+class SchemaRecordError(CorruptCheckpointError):
+    """A state schema record cannot be listed or read, is damaged or foreign, or a record the
+    committed state reads through is missing; names the file."""
+
+
 class ProviderError(BackendError):
     """A provider class path cannot be loaded or is not a StateStoreProvider."""
 

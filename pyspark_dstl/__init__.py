@@ -70,6 +70,7 @@ _LAZY_NAMES = {
     "ProviderError": "pyspark_dstl.backend.backend_errors",
     "read_state": "pyspark_dstl.spark",
     "register_state_reader": "pyspark_dstl.spark",
+    "SchemaRecordError": "pyspark_dstl.backend.backend_errors",
     "SnapshotCorruptError": "pyspark_dstl.materializer.materializer_errors",
     "SnapshotNotFoundError": "pyspark_dstl.materializer.materializer_errors",
     "SnapshotRequestError": "pyspark_dstl.materializer.materializer_errors",

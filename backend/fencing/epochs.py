@@ -69,16 +69,12 @@ class EpochRecord:
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any], path: str) -> EpochRecord:
-        try:
-            took_over = body.get("took_over")
-            record = cls(_int(body["epoch"]), str(body["run_id"]),
-                         ProcessIdentity.from_dict(body["process"]),
-                         _int(body["lease_ms"]) / 1000, str(body["purpose"]),
-                         (_int(took_over[0]), str(took_over[1])) if took_over else None,
-                         _int(body["created_ms"]))
-        except (KeyError, TypeError, ValueError, IndexError) as exc:
-            raise CorruptCheckpointError(f"epoch file {path!r} is malformed: "
-                                         f"{excerpt(exc)}") from exc
+        took_over = body.get("took_over")
+        record = cls(_int(body["epoch"]), str(body["run_id"]),
+                     ProcessIdentity.from_dict(body["process"]),
+                     _int(body["lease_ms"]) / 1000, str(body["purpose"]),
+                     (_int(took_over[0]), str(took_over[1])) if took_over else None,
+                     _int(body["created_ms"]))
         if epoch_path(record.epoch) != path:
             raise CorruptCheckpointError(f"epoch file {path!r} describes epoch {record.epoch}")
         return record
@@ -88,9 +84,10 @@ def encode(magic: str, body: Mapping[str, Any]) -> bytes:
     return _kind(magic).encode(body)
 
 
-def decode(data: bytes, path: str, magic: str) -> dict[str, Any]:
-    """The body of a document with this magic; CorruptCheckpointError naming `path` else."""
-    return _kind(magic).decode(data, path)[1]
+def decode_epoch(data: bytes, path: str) -> EpochRecord:
+    """The epoch record at `path`; CorruptCheckpointError naming it when it is not one."""
+    return _kind(EPOCH_MAGIC).decode_as(data, path,
+                                        lambda _, body: EpochRecord.from_body(body, path))
 
 
 def _kind(magic: str) -> RecordKind:

@@ -47,7 +47,7 @@ from pyspark_dstl.backend.fencing.epochs import (
     EpochFiles,
     EpochRecord,
     EpochTable,
-    decode,
+    decode_epoch,
     encode,
     end_path,
     epoch_path,
@@ -417,7 +417,7 @@ def _read_record(storage: RemoteFiles, epoch: int) -> EpochRecord:
         data = storage.loop.run(storage.aget(path))
     except ChangelogError as exc:
         raise CorruptCheckpointError(f"cannot read epoch file {path!r}: {exc}") from exc
-    return EpochRecord.from_body(decode(data, path, EPOCH_MAGIC), path)
+    return decode_epoch(data, path)
 
 
 def _put(storage: RemoteFiles, path: str, data: bytes) -> None:

@@ -13,7 +13,7 @@ from pyspark_dstl.backend.fencing.lease import holder_of
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
 from pyspark_dstl.backend.lineage.store_listing import StoreDirListing, list_stores
 from pyspark_dstl.backend.ops.attempts import AttemptKey, attempts_of, read_newest_header
-from pyspark_dstl.backend.ops.schema_records import (
+from pyspark_dstl.backend.ops.schema_report import (
     describe_schema_records,
     format_schema_records,
 )

@@ -22,7 +22,7 @@ from pyspark_dstl.backend.lineage.naming import snapshot_path
 from pyspark_dstl.backend.lineage.rules import HeaderMeta
 from pyspark_dstl.backend.lineage.store_listing import StoreDirListing, list_stores
 from pyspark_dstl.backend.ops.attempts import StorageSource, attempts_of
-from pyspark_dstl.backend.ops.schema_records import schema_record_problems
+from pyspark_dstl.backend.ops.schema_report import schema_record_problems
 from pyspark_dstl.changelog.changelog_errors import ChangelogError
 from pyspark_dstl.changelog.files import read_file_log
 from pyspark_dstl.materializer.checksum import crc32_of

@@ -25,12 +25,12 @@ What it does, in order:
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import reduce
 from typing import Any
 
+from pyspark_dstl.core.by_name import load_by_name
 from pyspark_dstl.core.errors import ConfigError
 from pyspark_dstl.spark.codec.values import encode_user_key, encode_value
 from pyspark_dstl.spark.driver import query_lease as fencing
@@ -478,19 +478,7 @@ def resolve_processor(processor: Any) -> Any:
     from pyspark.sql.streaming import StatefulProcessor as PySparkProcessor
 
     if isinstance(processor, str):
-        module_name, sep, class_name = processor.partition(":")
-        if not sep or not module_name or not class_name:
-            raise ConfigError(f"processor: expected module:Class, got {processor!r}")
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise ConfigError(f"processor {processor!r}: module {module_name!r} cannot be "
-                              f"imported: {exc}") from exc
-        cls = getattr(module, class_name, None)
-        if cls is None:
-            raise ConfigError(f"processor {processor!r}: module {module_name!r} has no "
-                              f"{class_name!r}")
-        processor = cls()
+        processor = load_by_name(processor, "processor", ConfigError)()
     if not isinstance(processor, PySparkProcessor):
         raise ConfigError(f"processor: {type(processor).__name__} is not a subclass of "
                           f"pyspark.sql.streaming.StatefulProcessor (import-state brings the "

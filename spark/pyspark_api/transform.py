@@ -16,14 +16,14 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark_dstl.core.errors import ConfigError
-from pyspark_dstl.core.units import parse_size
-from pyspark_dstl.spark.codec.schema_history import (
+from pyspark_dstl.backend.lineage.schema_records import (
     Declarations,
     SchemaHistory,
     StateDeclaration,
-    canonical_schema,
 )
+from pyspark_dstl.core.errors import ConfigError
+from pyspark_dstl.core.units import parse_size
+from pyspark_dstl.spark.codec.schema_history import canonical_schema
 from pyspark_dstl.spark.keys.keyed_batch import KeyedBatch
 from pyspark_dstl.spark.processors.declarations import declaring_handle
 from pyspark_dstl.spark.processors.initial_state import InitialState

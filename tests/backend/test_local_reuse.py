@@ -89,7 +89,8 @@ def test_release_flushes_and_marks_the_directory_with_the_committed_info(
     infos = released_at_v2(env, {})
     [marker] = markers(env)
     recorded = json.loads(marker.read_text())
-    assert recorded["format_version"] == 1 and len(recorded["sha256"]) == 64
+    assert recorded["magic"] == "DSTL-RELEASED" and recorded["format_version"] == 2
+    assert recorded["checksum"].startswith("sha256:")
     assert StoreCommit.from_dict(recorded["info"]) == infos[-1]
 
 

@@ -159,7 +159,7 @@ def test_providers_load_by_class_path() -> None:
 
 
 @pytest.mark.parametrize("path,why", [
-    ("RocksDB", "not a 'module.Class' path"),
+    ("RocksDB", "not a 'module.Class' or 'module:Class' path"),
     ("backend.no_such_module.Provider", "cannot import module"),
     ("pyspark_dstl.backend.store.rocksdb_provider.NoSuchClass", "has no 'NoSuchClass'"),
     ("pyspark_dstl.backend.backend_errors.BackendError", "not a StateStoreProvider subclass"),
