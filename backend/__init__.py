@@ -7,48 +7,42 @@
         store.put(b"k", b"v")
         info = store.commit()          # a StoreCommit: exactly what a checkpoint records
 
-Streaming queries use `pyspark_dstl.spark` (or the `pyspark_dstl` facade).
+Streaming queries use `pyspark_dstl.spark` (or the `pyspark_dstl` facade). The names here
+load on first use: importing the package imports none of its rooms.
 """
 
-from pyspark_dstl.backend.backend_errors import (
-    BackendError,
-    CommitLogCorruptError,
-    CommitLogError,
-    CorruptCheckpointError,
-    LineageError,
-    ProviderError,
-    StateStoreClosedError,
-    StoreIdError,
-    StoreLockedError,
-)
-from pyspark_dstl.backend.backend_settings import BackendSettings
-from pyspark_dstl.backend.lineage.commit_entry import CommitEntry, OperatorCommit
-from pyspark_dstl.backend.lineage.commit_log import CommitLog
-from pyspark_dstl.backend.lineage.store_commit import StoreCommit
-from pyspark_dstl.backend.ops.cleanup import CleanupReport, cleanup_checkpoint
-from pyspark_dstl.backend.store.api import StateStore, StateStoreProvider
-from pyspark_dstl.backend.store.registry import load_provider_class
-from pyspark_dstl.backend.store.state_backend import StateBackend
+from __future__ import annotations
 
-__all__ = [
-    "BackendError",
-    "BackendSettings",
-    "CleanupReport",
-    "CommitEntry",
-    "CommitLog",
-    "CommitLogCorruptError",
-    "CommitLogError",
-    "CorruptCheckpointError",
-    "LineageError",
-    "OperatorCommit",
-    "ProviderError",
-    "StateBackend",
-    "StateStore",
-    "StateStoreClosedError",
-    "StateStoreProvider",
-    "StoreCommit",
-    "StoreIdError",
-    "StoreLockedError",
-    "cleanup_checkpoint",
-    "load_provider_class",
-]
+from typing import Any
+
+from pyspark_dstl.core.lazy_names import load_lazy_name
+
+_NAMES = {
+    "BackendError": "pyspark_dstl.backend.backend_errors",
+    "BackendSettings": "pyspark_dstl.backend.backend_settings",
+    "cleanup_checkpoint": "pyspark_dstl.backend.ops.cleanup",
+    "CleanupReport": "pyspark_dstl.backend.ops.cleanup",
+    "CommitEntry": "pyspark_dstl.backend.lineage.commit_entry",
+    "CommitLog": "pyspark_dstl.backend.lineage.commit_log",
+    "CommitLogCorruptError": "pyspark_dstl.backend.backend_errors",
+    "CommitLogError": "pyspark_dstl.backend.backend_errors",
+    "CorruptCheckpointError": "pyspark_dstl.backend.backend_errors",
+    "LineageError": "pyspark_dstl.backend.backend_errors",
+    "load_provider_class": "pyspark_dstl.backend.store.registry",
+    "OperatorCommit": "pyspark_dstl.backend.lineage.commit_entry",
+    "ProviderError": "pyspark_dstl.backend.backend_errors",
+    "StateBackend": "pyspark_dstl.backend.store.state_backend",
+    "StateStore": "pyspark_dstl.backend.store.api",
+    "StateStoreClosedError": "pyspark_dstl.backend.backend_errors",
+    "StateStoreProvider": "pyspark_dstl.backend.store.api",
+    "StoreCommit": "pyspark_dstl.backend.lineage.store_commit",
+    "StoreIdError": "pyspark_dstl.backend.backend_errors",
+    "StoreLockedError": "pyspark_dstl.backend.backend_errors",
+}
+
+
+def __getattr__(name: str) -> Any:
+    return load_lazy_name(__name__, _NAMES, name)
+
+
+__all__ = sorted(_NAMES)

@@ -12,14 +12,14 @@ top-level packages named `pyspark_*`, so `spark.read.format("dstl-state")` works
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
-from pyspark_dstl.backend.backend_errors import CheckpointHeldError, FencedError
 from pyspark_dstl.core.errors import ConfigError, DstlError
+from pyspark_dstl.core.lazy_names import load_lazy_name
 
 _LAZY_NAMES = {
     "BackendError": "pyspark_dstl.backend.backend_errors",
+    "CheckpointHeldError": "pyspark_dstl.backend.backend_errors",
     "BadMagicError": "pyspark_dstl.changelog.changelog_errors",
     "BatchProgress": "pyspark_dstl.spark",
     "ChangelogError": "pyspark_dstl.changelog.changelog_errors",
@@ -35,6 +35,7 @@ _LAZY_NAMES = {
     "DstlSparkError": "pyspark_dstl.spark.spark_errors",
     "EngineWriteError": "pyspark_dstl.backend.store.engine_writer",
     "ExpiredTimers": "pyspark_dstl.spark",
+    "FencedError": "pyspark_dstl.backend.backend_errors",
     "FormatError": "pyspark_dstl.changelog.changelog_errors",
     "HandleError": "pyspark_dstl.changelog.changelog_errors",
     "HandleFormatError": "pyspark_dstl.materializer.materialized_handle",
@@ -113,13 +114,7 @@ _ALIASES = {"DefaultSource": "DstlStateDataSource"}
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY_NAMES.get(name)
-    if module is None:
-        raise AttributeError(f"module 'pyspark_dstl' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), _ALIASES.get(name, name))
-    globals()[name] = value
-    return value
+    return load_lazy_name(__name__, _LAZY_NAMES, name, _ALIASES)
 
 
-__all__ = ["CheckpointHeldError", "ConfigError", "DstlError", "FencedError",
-           *sorted(_LAZY_NAMES)]
+__all__ = ["ConfigError", "DstlError", *sorted(_LAZY_NAMES)]

@@ -19,8 +19,9 @@ Names here load on first use, so a room's pyspark-free modules import without py
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
+
+from pyspark_dstl.core.lazy_names import load_lazy_name
 
 _NAMES = {
     "BatchProgress": "pyspark_dstl.spark.driver.operator",
@@ -62,12 +63,7 @@ _NAMES = {
 
 
 def __getattr__(name: str) -> Any:
-    module = _NAMES.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    return load_lazy_name(__name__, _NAMES, name)
 
 
 __all__ = sorted(_NAMES)
