@@ -2,7 +2,8 @@
 
 The public facade. The streaming API needs pyspark (the `spark` extra), so its names load on
 first use; `import pyspark_dstl` alone does not import pyspark. Every error the library raises
-is exported here (all derive from DstlError), so users catch them from one place.
+is exported here (all derive from DstlError, every warning from DstlWarning), so users catch
+or filter them from one place.
 
     from pyspark_dstl import StatefulProcessor, stateful
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyspark_dstl.core.errors import ConfigError, DstlError
+from pyspark_dstl.core.errors import ConfigError, DstlError, DstlWarning
 from pyspark_dstl.core.lazy_names import load_lazy_name
 
 _LAZY_NAMES = {
@@ -56,7 +57,7 @@ _LAZY_NAMES = {
     "MaterializerClosedError": "pyspark_dstl.materializer.materializer_errors",
     "MaterializerError": "pyspark_dstl.materializer.materializer_errors",
     "NoCheckpointError": "pyspark_dstl.backend.ops.root",
-    "NonAtomicStorageWarning": "pyspark_dstl.changelog.storage.fsspec_storage",
+    "NonAtomicStorageWarning": "pyspark_dstl.changelog.changelog_errors",
     "NoTransformWithStateError": "pyspark_dstl.spark.moves.spark_checkpoint",
     "ObjectExistsError": "pyspark_dstl.changelog.changelog_errors",
     "ObjectNotFoundError": "pyspark_dstl.changelog.changelog_errors",
@@ -117,4 +118,4 @@ def __getattr__(name: str) -> Any:
     return load_lazy_name(__name__, _LAZY_NAMES, name, _ALIASES)
 
 
-__all__ = ["ConfigError", "DstlError", *sorted(_LAZY_NAMES)]
+__all__ = ["ConfigError", "DstlError", "DstlWarning", *sorted(_LAZY_NAMES)]

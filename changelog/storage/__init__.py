@@ -14,7 +14,11 @@ from urllib.parse import SplitResult, unquote, urlsplit
 
 import fsspec
 
-from pyspark_dstl.changelog.changelog_errors import StorageError, UnsupportedStorageError
+from pyspark_dstl.changelog.changelog_errors import (
+    NonAtomicStorageWarning,
+    StorageError,
+    UnsupportedStorageError,
+)
 from pyspark_dstl.changelog.storage.base import (
     ObjectInfo,
     Storage,
@@ -22,7 +26,7 @@ from pyspark_dstl.changelog.storage.base import (
     join_key,
     md5_hex,
 )
-from pyspark_dstl.changelog.storage.fsspec_storage import FsspecStorage, NonAtomicStorageWarning
+from pyspark_dstl.changelog.storage.fsspec_storage import FsspecStorage
 from pyspark_dstl.changelog.storage.local import LocalStorage
 from pyspark_dstl.changelog.storage.memory import MemoryStorage
 from pyspark_dstl.changelog.storage.storage_settings import ConnectionNeeds, StorageSettings

@@ -15,6 +15,7 @@ import warnings
 from typing import Any
 
 from pyspark_dstl.changelog.changelog_errors import (
+    NonAtomicStorageWarning,
     ObjectExistsError,
     ObjectNotFoundError,
     PermanentStorageError,
@@ -25,10 +26,6 @@ from pyspark_dstl.changelog.storage.base import ObjectInfo, check_key, check_ran
 from pyspark_dstl.changelog.storage.threaded import TEMP_PREFIX, ThreadedStorage, is_temp_name
 
 log = logging.getLogger(__name__)
-
-
-class NonAtomicStorageWarning(UserWarning):
-    """The storage's create-only write is not atomic: one writer per name is not enforced."""
 
 
 class FsspecStorage(ThreadedStorage):

@@ -40,9 +40,11 @@ def test_importing_the_package_loads_only_its_facade_and_error_root(tmp_path: Pa
     assert {m for m in modules if m.startswith("pyspark_dstl")} == LIGHT_MODULES
 
 
-def test_an_error_root_named_through_the_facade_loads_nothing_heavy(tmp_path: Path) -> None:
+def test_an_error_or_warning_root_named_through_the_facade_loads_nothing_heavy(
+        tmp_path: Path) -> None:
     names = ["ChangelogError", "MaterializerError", "BackendError", "DstlSparkError",
-             "FencedError", "CheckpointHeldError", "SchemaRecordError", "StatefulTaskError"]
+             "FencedError", "CheckpointHeldError", "SchemaRecordError", "StatefulTaskError",
+             "DstlWarning", "NonAtomicStorageWarning", "StaleInstallWarning"]
     modules = loaded_after("import pyspark_dstl\n"
                            + "\n".join(f"pyspark_dstl.{name}" for name in names), tmp_path)
     assert heavy_in(modules) == []
