@@ -15,30 +15,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyspark_dstl.core.lazy_names import load_lazy_name
+from pyspark_dstl.core.lazy_names import by_module, load_lazy_name
 
-_NAMES = {
-    "BackendError": "pyspark_dstl.backend.backend_errors",
-    "BackendSettings": "pyspark_dstl.backend.backend_settings",
-    "cleanup_checkpoint": "pyspark_dstl.backend.ops.cleanup",
-    "CleanupReport": "pyspark_dstl.backend.ops.cleanup",
-    "CommitEntry": "pyspark_dstl.backend.lineage.commit_entry",
-    "CommitLog": "pyspark_dstl.backend.lineage.commit_log",
-    "CommitLogCorruptError": "pyspark_dstl.backend.backend_errors",
-    "CommitLogError": "pyspark_dstl.backend.backend_errors",
-    "CorruptCheckpointError": "pyspark_dstl.backend.backend_errors",
-    "LineageError": "pyspark_dstl.backend.backend_errors",
-    "load_provider_class": "pyspark_dstl.backend.store.registry",
-    "OperatorCommit": "pyspark_dstl.backend.lineage.commit_entry",
-    "ProviderError": "pyspark_dstl.backend.backend_errors",
-    "StateBackend": "pyspark_dstl.backend.store.state_backend",
-    "StateStore": "pyspark_dstl.backend.store.api",
-    "StateStoreClosedError": "pyspark_dstl.backend.backend_errors",
-    "StateStoreProvider": "pyspark_dstl.backend.store.api",
-    "StoreCommit": "pyspark_dstl.backend.lineage.store_commit",
-    "StoreIdError": "pyspark_dstl.backend.backend_errors",
-    "StoreLockedError": "pyspark_dstl.backend.backend_errors",
-}
+_NAMES = by_module({
+    "pyspark_dstl.backend.backend_errors": (
+        "BackendError", "CommitLogCorruptError", "CommitLogError", "CorruptCheckpointError",
+        "LineageError", "ProviderError", "StateStoreClosedError", "StoreIdError", "StoreLockedError"
+    ),
+    "pyspark_dstl.backend.backend_settings": ("BackendSettings",),
+    "pyspark_dstl.backend.lineage.commit_entry": ("CommitEntry", "OperatorCommit"),
+    "pyspark_dstl.backend.lineage.commit_log": ("CommitLog",),
+    "pyspark_dstl.backend.lineage.store_commit": ("StoreCommit",),
+    "pyspark_dstl.backend.ops.cleanup": ("cleanup_checkpoint", "CleanupReport"),
+    "pyspark_dstl.backend.store.api": ("StateStore", "StateStoreProvider"),
+    "pyspark_dstl.backend.store.registry": ("load_provider_class",),
+    "pyspark_dstl.backend.store.state_backend": ("StateBackend",),
+})
 
 
 def __getattr__(name: str) -> Any:

@@ -38,7 +38,11 @@ from benchmarks.harness import (
 )
 from benchmarks.plots import line_plot
 from benchmarks.workload import OPERATOR, Workload, backend_options, file_url, load_store
-from pyspark_dstl.backend.backend_settings import BACKEND_CONF_KEYS, CONF_PREFIX, BackendSettings
+from pyspark_dstl.backend.backend_settings import (
+    BACKEND_SETTING_KEYS,
+    SETTINGS_PREFIX,
+    BackendSettings,
+)
 from pyspark_dstl.backend.fencing.lease import acquire
 from pyspark_dstl.backend.lineage.commit_log import CommitEntry, CommitLog, OperatorCommit
 from pyspark_dstl.backend.ops.cleanup import cleanup_checkpoint
@@ -105,11 +109,11 @@ def rocksdb_changes(args: argparse.Namespace) -> dict[str, Any]:
     spark.dstl.rocksdb.*), to compare compaction settings side by side."""
     if not args.rocksdb:
         return {}
-    conf = {f"{CONF_PREFIX}rocksdb.{item.split('=', 1)[0].strip()}": item.split("=", 1)[1]
+    conf = {f"{SETTINGS_PREFIX}rocksdb.{item.split('=', 1)[0].strip()}": item.split("=", 1)[1]
             for item in args.rocksdb.split(",") if item.strip()}
     parsed = BackendSettings.from_mapping(conf)
-    return {name: getattr(parsed, name) for name, key in BACKEND_CONF_KEYS.items()
-            if f"{CONF_PREFIX}{key}" in conf}
+    return {name: getattr(parsed, name) for name, key in BACKEND_SETTING_KEYS.items()
+            if f"{SETTINGS_PREFIX}{key}" in conf}
 
 
 def lower_bound(retain: int) -> float:

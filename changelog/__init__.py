@@ -7,39 +7,26 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyspark_dstl.core.lazy_names import load_lazy_name
+from pyspark_dstl.core.lazy_names import by_module, load_lazy_name
 
-_NAMES = {
-    "CHANGELOG_CONF_KEYS": "pyspark_dstl.changelog.changelog_settings",
-    "ChangelogError": "pyspark_dstl.changelog.changelog_errors",
-    "ChangelogHandle": "pyspark_dstl.changelog.changelog_handle",
-    "ChangelogReader": "pyspark_dstl.changelog.reader",
-    "ChangelogService": "pyspark_dstl.changelog.changelog_service",
-    "ChangelogSettings": "pyspark_dstl.changelog.changelog_settings",
-    "ChangelogWriter": "pyspark_dstl.changelog.writer",
-    "ChangeSet": "pyspark_dstl.changelog.format",
-    "ConfigError": "pyspark_dstl.core.errors",
-    "FormatError": "pyspark_dstl.changelog.changelog_errors",
-    "HandleError": "pyspark_dstl.changelog.changelog_errors",
-    "LogHeader": "pyspark_dstl.changelog.format",
-    "LogInFile": "pyspark_dstl.changelog.files",
-    "ObjectExistsError": "pyspark_dstl.changelog.changelog_errors",
-    "ObjectInfo": "pyspark_dstl.changelog.storage.base",
-    "ObjectNotFoundError": "pyspark_dstl.changelog.changelog_errors",
-    "open_storage": "pyspark_dstl.changelog.storage",
-    "PermanentStorageError": "pyspark_dstl.changelog.changelog_errors",
-    "read_file_header": "pyspark_dstl.changelog.files",
-    "read_file_log": "pyspark_dstl.changelog.files",
-    "Segment": "pyspark_dstl.changelog.changelog_handle",
-    "SqnError": "pyspark_dstl.changelog.changelog_errors",
-    "Storage": "pyspark_dstl.changelog.storage.base",
-    "StorageError": "pyspark_dstl.changelog.changelog_errors",
-    "StorageSettings": "pyspark_dstl.changelog.storage.storage_settings",
-    "SyncReader": "pyspark_dstl.changelog.changelog_service",
-    "TransientStorageError": "pyspark_dstl.changelog.changelog_errors",
-    "UploadFailedError": "pyspark_dstl.changelog.changelog_errors",
-    "WriterClosedError": "pyspark_dstl.changelog.changelog_errors",
-}
+_NAMES = by_module({
+    "pyspark_dstl.changelog.changelog_errors": (
+        "ChangelogError", "FormatError", "HandleError", "ObjectExistsError", "ObjectNotFoundError",
+        "PermanentStorageError", "SqnError", "StorageError", "TransientStorageError",
+        "UploadFailedError", "WriterClosedError"
+    ),
+    "pyspark_dstl.changelog.changelog_handle": ("ChangelogHandle", "Segment"),
+    "pyspark_dstl.changelog.changelog_service": ("ChangelogService", "SyncReader"),
+    "pyspark_dstl.changelog.changelog_settings": ("CHANGELOG_SETTING_KEYS", "ChangelogSettings"),
+    "pyspark_dstl.changelog.files": ("LogInFile", "read_file_header", "read_file_log"),
+    "pyspark_dstl.changelog.format": ("ChangeSet", "LogHeader"),
+    "pyspark_dstl.changelog.reader": ("ChangelogReader",),
+    "pyspark_dstl.changelog.storage": ("open_storage",),
+    "pyspark_dstl.changelog.storage.base": ("ObjectInfo", "Storage"),
+    "pyspark_dstl.changelog.storage.storage_settings": ("StorageSettings",),
+    "pyspark_dstl.changelog.writer": ("ChangelogWriter",),
+    "pyspark_dstl.core.errors": ("ConfigError",),
+})
 
 
 def __getattr__(name: str) -> Any:

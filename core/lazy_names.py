@@ -19,3 +19,8 @@ def load_lazy_name(package: str, names: Mapping[str, str], name: str,
     value = getattr(importlib.import_module(module), (aliases or {}).get(name, name))
     setattr(sys.modules[package], name, value)
     return value
+
+
+def by_module(groups: Mapping[str, tuple[str, ...]]) -> dict[str, str]:
+    """name -> module, from module -> the names it defines (a package's table, by module)."""
+    return {name: module for module, names in groups.items() for name in names}

@@ -3,7 +3,8 @@
     from pyspark_dstl.spark import stateful, StatefulProcessor
 
     query = (stateful(events).group_by("user")
-             .process(CountProcessor(), "user string, count long", checkpoint=path)
+             .process(CountProcessor(), "user string, count long",
+                      checkpoint_location=path)
              .foreach_batch(sink).start(trigger={"availableNow": True}))
 
 The rooms, in the order data flows: switch/ (install(): PySpark's own calls routed here, the

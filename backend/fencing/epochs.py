@@ -1,12 +1,12 @@
-"""Epoch files: which run holds a checkpoint root, all of them created once and never changed.
+"""Epoch files: which run holds a checkpoint location, all of them created once and never changed.
 
 ```
-<root>/epochs/<e>        epoch e: the run that took the root (JSON, below)
-<root>/epochs/<e>.<k>    the k-th renewal of epoch e's lease (k = 1, 2, ...)
-<root>/epochs/<e>.end    epoch e ended: its run let go and writes nothing more
+<location>/epochs/<e>        epoch e: the run that took the location (JSON, below)
+<location>/epochs/<e>.<k>    the k-th renewal of epoch e's lease (k = 1, 2, ...)
+<location>/epochs/<e>.end    epoch e ended: its run let go and writes nothing more
 ```
 
-The newest epoch (the highest e with an epoch file) holds the root. Each file is written with
+The newest epoch (the highest e with an epoch file) holds the location. Each file is written with
 the storage's create-only put, so two runs can never both take epoch e. Every file is a JSON
 document with a magic, a format version and a SHA-256 of its body, like commit log entries.
 """
@@ -141,6 +141,6 @@ class EpochTable:
 
     @property
     def newest(self) -> EpochFiles | None:
-        """The epoch that holds the root: the highest one with its epoch file."""
+        """The epoch that holds the location: the highest one with its epoch file."""
         taken = [files for files in self.epochs.values() if files.has_record]
         return max(taken, key=lambda files: files.epoch, default=None)

@@ -148,8 +148,10 @@ def committed_schema_id(entry: CommitEntry | None, operator: str) -> int | None:
     return None if named is None else int(named)
 
 
-def record_files(storage: RemoteFiles, operator: str | None = None) -> dict[str, dict[int,
-                                                                                  ObjectInfo]]:
+RecordFiles = dict[str, dict[int, ObjectInfo]]  # operator -> schema id -> file
+
+
+def record_files(storage: RemoteFiles, operator: str | None = None) -> RecordFiles:
     """operator -> schema id -> file of every record (of one operator, or of all); other names
     under the folder are not records and are left alone."""
     listed = PREFIX if operator is None else records_prefix(operator)

@@ -1,4 +1,4 @@
-"""`inspect`: what a checkpoint root holds, per store: versions, lineage, sizes, files.
+"""`inspect`: what a checkpoint location holds, per store: versions, lineage, sizes, files.
 
 Attempts whose commit never completed (aborted or crashed after early uploads) are listed as
 uncommitted: they are not checkpoints and cannot be loaded.
@@ -22,7 +22,7 @@ from pyspark_dstl.materializer.remote import RemoteFiles
 
 
 def inspect_checkpoint(storage: RemoteFiles) -> dict[str, Any]:
-    """A JSON-safe description of the root (the CLI prints it as text or JSON)."""
+    """A JSON-safe description of the checkpoint location (the CLI prints it as text or JSON)."""
     commit_log = CommitLog(storage)
     latest_batch: int | None = None
     infos: dict[str, Any] = {}

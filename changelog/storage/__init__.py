@@ -54,14 +54,14 @@ __all__ = [
 ]
 
 StoreFactory = Callable[[str, SplitResult, StorageSettings, ConnectionNeeds], Storage]
-"""(url, its parts, connection settings, what the changelog asks of them) -> the store."""
+"""(url, its parts, connection settings, what the changelog asks of them) -> the storage."""
 
 
-def open_storage(url: str, options: ChangelogSettings) -> Storage:
+def open_storage(url: str, settings: ChangelogSettings) -> Storage:
     """The store for `url`; an unknown scheme raises UnsupportedStorageError naming the URL."""
     parts = urlsplit(url)
     factory = STORAGE_FACTORIES.get(parts.scheme.lower(), _open_fsspec)
-    return factory(url, parts, options.storage, options.connection_needs)
+    return factory(url, parts, settings.storage, settings.connection_needs)
 
 
 def _open_path(url: str, parts: SplitResult, storage: StorageSettings,

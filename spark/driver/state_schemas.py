@@ -47,7 +47,7 @@ from pyspark_dstl.spark.spark_errors import StateSchemaError
 
 def settle(storage: RemoteFiles, operator: str, declared: Declarations) -> SchemaHistory:
     """The history the next batch writes with; refuses declarations that cannot read the
-    committed state, and records new ones. Needs the run's hold on the root (one writer)."""
+    committed state, and records new ones. Needs the run's hold on the location (one writer)."""
     where = records_prefix(operator)
     latest = CommitLog(storage).latest()
     records = read_records(storage, operator)

@@ -2,7 +2,7 @@
 
     stateful(df).group_by("k").transformWithStateInPandas(
         statefulProcessor=MyProcessor(), outputStructType="k string, n long",
-        outputMode="Update", timeMode="None", checkpoint=path)
+        outputMode="Update", timeMode="None", checkpoint_location=path)
 
 `plan_transform` checks the arguments on the driver (also what PySpark checks only inside the
 first batch: TTLs, state schemas, the time mode of TTL state) and wraps the processor in a

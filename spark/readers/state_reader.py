@@ -227,13 +227,14 @@ def register_state_reader(spark: Any) -> None:
     spark.dataSource.register(DstlStateDataSource)
 
 
-def read_state(spark: Any, checkpoint: str, batch_id: int | None = None,
-               operator: str = "stateful", conf: Mapping[str, Any] | None = None) -> Any:
-    """The state DataFrame, with the session's spark.dstl.* settings (plus `conf`) applied."""
+def read_state(spark: Any, checkpoint_location: str, batch_id: int | None = None,
+               operator: str = "stateful", settings: Mapping[str, Any] | None = None) -> Any:
+    """The state DataFrame, with the session's spark.dstl.* settings (plus `settings`)
+    applied."""
     register_state_reader(spark)
-    settings = DstlSettings.from_session(spark, conf).settings
+    resolved = DstlSettings.from_session(spark, settings).settings
     reader = (spark.read.format(SOURCE_NAME).option("operatorName", operator)
-              .option(SETTINGS_OPTION, json.dumps(dict(settings))))
+              .option(SETTINGS_OPTION, json.dumps(dict(resolved))))
     if batch_id is not None:
         reader = reader.option("batchId", str(batch_id))
-    return reader.load(checkpoint)
+    return reader.load(checkpoint_location)

@@ -64,7 +64,7 @@ def stream_of(spark: Any, root: Path, processor: StateProbe, rows_as: str,
     grouped = stateful(df).group_by("user")
     method = (grouped.transformWithState if rows_as == "rows"
               else grouped.transformWithStateInPandas)
-    return method(processor, OUTPUT, "Update", time_mode, checkpoint=str(root / "ckpt"))
+    return method(processor, OUTPUT, "Update", time_mode, checkpoint_location=str(root / "ckpt"))
 
 
 def seen_by_batch(outputs: dict[int, list[dict[str, Any]]]) -> Seen:

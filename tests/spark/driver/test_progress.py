@@ -29,7 +29,7 @@ pytestmark = pytest.mark.spark
 def run_query(spark: Any, root: Path, batches: int = 3, **process_args: Any) -> tuple[
         StatefulStream, Any]:
     write_batches(root / "in", make_batches(batches, rows=60, keys=12, seed=21))
-    process_args.setdefault("checkpoint", str(root / "ckpt"))
+    process_args.setdefault("checkpoint_location", str(root / "ckpt"))
     stream = (stateful(file_stream(spark, root / "in")).group_by("user")
               .process(CountProcessor(), COUNT_SCHEMA, partitions=2, **process_args))
     query = stream.start(trigger={"availableNow": True})
@@ -54,7 +54,7 @@ def test_spark_progress_observes_the_state_metrics_of_the_batch_before(
 
 def test_observed_metrics_are_switched_off_by_one_setting(spark: Any, tmp_path: Path) -> None:
     stream, query = run_query(spark, tmp_path, batches=2,
-                              conf={"query.observedMetrics": "false"})
+                              settings={"query.observedMetrics": "false"})
     reports = [p for p in query.recentProgress if p["numInputRows"] > 0]
     assert len(reports) == 2
     assert all(OBSERVATION not in (p["observedMetrics"] or {}) for p in reports)
@@ -109,7 +109,7 @@ def test_batch_progress_counts_upload_retries_on_the_s3_api(spark: Any, s3: Any,
     }
     s3.proxy.add_rule(FaultRule("status", method="PUT", path_contains="/state/", status=503,
                                 times=2))
-    stream, _ = run_query(spark, tmp_path, batches=2, checkpoint=s3.url, conf=settings)
+    stream, _ = run_query(spark, tmp_path, batches=2, checkpoint_location=s3.url, settings=settings)
     uploads = [p.upload for p in stream.progress]
     assert sum(u.retries for u in uploads) == 2
     assert sum(u.requests for u in uploads) == sum(u.uploads for u in uploads) + 2
@@ -125,7 +125,7 @@ def test_the_progress_branch_reads_the_batch_before_by_its_own_names_on_s3(
         **s3.query_settings(),
         "query.engineCheckpointLocation": str(tmp_path / "engine"),
     }
-    _, query = run_query(spark, tmp_path, batches=3, checkpoint=s3.url, conf=settings)
+    _, query = run_query(spark, tmp_path, batches=3, checkpoint_location=s3.url, settings=settings)
     reports = {p["batchId"]: p for p in query.recentProgress if p["numInputRows"] > 0}
     assert [observed_state_metrics(reports[b])["batch_id"] for b in (1, 2)] == [0, 1]
     listed = [r.query for r in s3.proxy.records("GET", "list-type")]
@@ -149,5 +149,5 @@ def test_log_line_is_switched_off_by_one_setting(spark: Any, tmp_path: Path,
                                                  caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO, logger=PROGRESS_LOGGER):
         logging.getLogger(PROGRESS_LOGGER).propagate = True
-        run_query(spark, tmp_path, batches=1, conf={"query.logProgress": "false"})
+        run_query(spark, tmp_path, batches=1, settings={"query.logProgress": "false"})
     assert [r for r in caplog.records if r.name == PROGRESS_LOGGER] == []
