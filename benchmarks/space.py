@@ -18,6 +18,7 @@ within the goal get a goal row; the others are information in the table.
 --rocksdb compares compaction settings.
 
     python -m benchmarks.space [--quick] [--keys 1000000] [--batches 200] [--retain 2,10,100]
+                               [--cleanup-every 1]
 """
 
 from __future__ import annotations
@@ -126,6 +127,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         (["--keys"], {"type": int, "default": None}),
         (["--batches"], {"type": int, "default": None}),
         (["--retain"], {"default": None, "help": "comma-separated minBatchesToRetain values"}),
+        (["--cleanup-every"], {"type": int, "default": None,
+                               "help": "clean up every N batches (default 1; a query's "
+                                       "spark.dstl.query.cleanupInterval defaults to 10)"}),
         (["--every-n-commits"], {"type": int, "default": None,
                                  "help": "snapshot every N commits (default: the "
                                          "materializer's default)"}),
@@ -136,6 +140,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     plan = plan_of(args, QUICK, FULL, ("keys", "batches"))
     if args.retain:
         plan["retain"] = [int(r) for r in args.retain.split(",")]
+    if args.cleanup_every:
+        plan["cleanup_every"] = args.cleanup_every
     report = Report(NAME, args, {**plan, "changed_per_batch": CHANGE_RATE,
                                  "value_bytes": 100,
                                  "rocksdb": args.rocksdb or "defaults",
