@@ -43,7 +43,7 @@ import numpy as np
 import pandas as pd
 
 from pyspark_dstl.spark import (
-    PROGRESS_LOGGER,
+    PROGRESS_JSON_LOGGER,
     BatchProgress,
     StatefulProcessor,
     StatefulProcessorHandle,
@@ -279,7 +279,7 @@ def run(args: argparse.Namespace, checkpoint: str, settings: dict[str, str],
     progress_log = log_progress_to(work / "progress.jsonl")
     print(f"input: {generated.events} events in {args.files} files under {work / 'input'}")
     print(f"checkpoint: {checkpoint}")
-    print(f"per-batch JSON lines (logger {PROGRESS_LOGGER!r}): {progress_log}")
+    print(f"per-batch JSON lines (logger {PROGRESS_JSON_LOGGER!r}): {progress_log}")
     print(f"sessions end after {args.gap} s without events (event time); watermark delay "
           f"{delay}\n")
     started = time.monotonic()
@@ -296,13 +296,13 @@ def run(args: argparse.Namespace, checkpoint: str, settings: dict[str, str],
 
 
 def log_progress_to(path: Path) -> Path:
-    """The backend logs one JSON line per batch; here they go to a file, so the table this job
-    prints stays readable (without a handler, the line would go to stderr)."""
+    """The backend logs every metric of a batch as one JSON object at DEBUG; here they go to
+    a file, one line per batch, beside the table this job prints."""
     handler = logging.FileHandler(path)
     handler.setFormatter(logging.Formatter("%(message)s"))
-    logger = logging.getLogger(PROGRESS_LOGGER)
+    logger = logging.getLogger(PROGRESS_JSON_LOGGER)
     logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
+    logger.setLevel(logging.DEBUG)
     logger.propagate = False
     return path
 

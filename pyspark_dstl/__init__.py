@@ -68,6 +68,7 @@ _LAZY_NAMES = {
     "PartitioningError": "pyspark_dstl.spark.spark_errors",
     "PermanentStorageError": "pyspark_dstl.changelog.changelog_errors",
     "ProcessorMismatchError": "pyspark_dstl.spark.moves.spark_checkpoint",
+    "PROGRESS_JSON_LOGGER": "pyspark_dstl.spark",
     "PROGRESS_LOGGER": "pyspark_dstl.spark",
     "ProviderError": "pyspark_dstl.backend.backend_errors",
     "read_state": "pyspark_dstl.spark",

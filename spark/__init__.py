@@ -37,6 +37,7 @@ _NAMES = {
     "MapState": "pyspark_dstl.spark.processors.state_variables",
     "OBSERVATION": "pyspark_dstl.spark.driver.progress",
     "observed_state_metrics": "pyspark_dstl.spark.driver.progress",
+    "PROGRESS_JSON_LOGGER": "pyspark_dstl.spark.driver.progress",
     "PROGRESS_LOGGER": "pyspark_dstl.spark.driver.progress",
     "OperatorSpec": "pyspark_dstl.spark.driver.operator",
     "OutputSchemaError": "pyspark_dstl.spark.spark_errors",

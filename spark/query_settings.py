@@ -75,16 +75,19 @@ class QuerySettings(Settings):
         "Run retention cleanup on the driver every N batches (between batches); `0` switches "
         "it off.", at_least=0, hint="0 switches cleanup off")
     log_progress: bool = setting(
-        "logProgress", BOOL, True,
-        "Log one JSON line per batch (logger `pyspark_dstl.progress`, INFO) with the batch's "
-        "state and upload metrics.")
+        "logProgress", BOOL, False,
+        "Show each batch's one-line summary on stderr even where Python logging is not "
+        "configured. Either way the line is logged at INFO to `pyspark_dstl.progress`, and "
+        "every metric of the batch as one JSON object at DEBUG to "
+        "`pyspark_dstl.progress.json`: a logging configuration that shows those shows them.")
     observed_metrics: bool = setting(
         "observedMetrics", BOOL, True,
         "Put the newest committed batch's state metrics into Spark's progress reports "
         "(observed metrics `dstl_state`). Costs a fixed 0.15-0.2 s per batch on a two-core "
         "machine (one more Spark job of one task, a broadcast, one short listing and one read "
         "of the commit log; docs/metrics.md splits it), so `false` makes short batches faster; "
-        "the log line, the commit entries and `stream.progress` keep every metric either way.")
+        "the JSON log record, the commit entries and `stream.progress` keep every metric "
+        "either way.")
 
 
 QUERY_SETTING_KEYS: dict[str, str] = setting_keys(QuerySettings)

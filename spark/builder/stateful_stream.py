@@ -185,8 +185,8 @@ class StatefulStream:
         """The foreachBatch function; also usable directly on a batch DataFrame."""
         progress = self.operator.process_batch(df, batch_id, self._sink)
         self.progress.append(progress)
-        if self.operator.settings.query.log_progress:
-            log_batch(progress, self.operator.spec.name, self.operator.location)
+        log_batch(progress, self.operator.spec.name, self.operator.location,
+                  show=self.operator.settings.query.log_progress)
         if self._on_progress is not None:
             self._on_progress(progress)
 

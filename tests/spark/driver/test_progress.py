@@ -1,5 +1,6 @@
 """Per-batch state metrics where users look: Spark's progress reports, BatchProgress (with the
-uploads), the commit entry and the JSON log line, from real queries in local PySpark."""
+uploads), the commit entry and the log lines, from real queries in local PySpark (the log
+lines without Spark: tests/spark/driver/test_progress_lines.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,12 @@ import pytest
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
 from pyspark_dstl.changelog.changelog_service import ChangelogService
 from pyspark_dstl.spark import StatefulStream, observed_state_metrics, stateful
-from pyspark_dstl.spark.driver.progress import OBSERVATION, PROGRESS_LOGGER
+from pyspark_dstl.spark.driver.progress import (
+    OBSERVATION,
+    PROGRESS_JSON_LOGGER,
+    PROGRESS_LOGGER,
+    progress_line,
+)
 from tests.support.fault_proxy import FaultRule
 from tests.support.spark import (
     COUNT_SCHEMA,
@@ -133,21 +139,21 @@ def test_the_progress_branch_reads_the_batch_before_by_its_own_names_on_s3(
         assert sum(f"prefix={s3.prefix}/commits/{batch_id}.&" in q + "&" for q in listed) == 1
 
 
-def test_every_batch_logs_one_json_line(spark: Any, tmp_path: Path,
-                                        caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.INFO, logger=PROGRESS_LOGGER):
-        logging.getLogger(PROGRESS_LOGGER).propagate = True
+def test_every_batch_logs_one_short_line_and_its_metrics_as_json_when_logging_asks(
+        spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger=PROGRESS_LOGGER), \
+            caplog.at_level(logging.DEBUG, logger=PROGRESS_JSON_LOGGER):
         stream, _ = run_query(spark, tmp_path, batches=2)
-    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == PROGRESS_LOGGER]
-    assert [line["batch_id"] for line in lines] == [0, 1]
-    assert lines[1]["event"] == "dstl.batch"
-    assert lines[1]["metrics"] == pytest.approx(stream.progress[1].metrics)
-    assert lines[1]["operator"] == "stateful"
+    short = [r.getMessage() for r in caplog.records if r.name == PROGRESS_LOGGER]
+    assert short == [progress_line(p, "stateful") for p in stream.progress]
+    records = [json.loads(r.getMessage()) for r in caplog.records
+               if r.name == PROGRESS_JSON_LOGGER]
+    assert [record["batch_id"] for record in records] == [0, 1]
+    assert records[1]["event"] == "dstl.batch" and records[1]["operator"] == "stateful"
+    assert records[1]["metrics"] == pytest.approx(stream.progress[1].metrics)
 
 
-def test_log_line_is_switched_off_by_one_setting(spark: Any, tmp_path: Path,
-                                                 caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.INFO, logger=PROGRESS_LOGGER):
-        logging.getLogger(PROGRESS_LOGGER).propagate = True
-        run_query(spark, tmp_path, batches=1, settings={"query.logProgress": "false"})
-    assert [r for r in caplog.records if r.name == PROGRESS_LOGGER] == []
+def test_a_query_logs_nothing_unless_asked(spark: Any, tmp_path: Path,
+                                           caplog: pytest.LogCaptureFixture) -> None:
+    run_query(spark, tmp_path, batches=1)
+    assert [r for r in caplog.records if r.name.startswith(PROGRESS_LOGGER)] == []
