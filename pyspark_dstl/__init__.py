@@ -2,7 +2,8 @@
 
 The public facade. The streaming API needs pyspark (the `spark` extra), so its names load on
 first use; `import pyspark_dstl` alone does not import pyspark. Every error the library raises
-is exported here (all derive from DstlError), so users catch them from one place.
+is exported here (all derive from DstlError, every warning from DstlWarning), so users catch
+or filter them from one place.
 
     from pyspark_dstl import StatefulProcessor, stateful
 
@@ -12,14 +13,14 @@ top-level packages named `pyspark_*`, so `spark.read.format("dstl-state")` works
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
-from pyspark_dstl.backend.backend_errors import CheckpointHeldError, FencedError
-from pyspark_dstl.core.errors import ConfigError, DstlError
+from pyspark_dstl.core.errors import ConfigError, DstlError, DstlWarning
+from pyspark_dstl.core.lazy_names import load_lazy_name
 
 _LAZY_NAMES = {
     "BackendError": "pyspark_dstl.backend.backend_errors",
+    "CheckpointHeldError": "pyspark_dstl.backend.backend_errors",
     "BadMagicError": "pyspark_dstl.changelog.changelog_errors",
     "BatchProgress": "pyspark_dstl.spark",
     "ChangelogError": "pyspark_dstl.changelog.changelog_errors",
@@ -35,6 +36,7 @@ _LAZY_NAMES = {
     "DstlSparkError": "pyspark_dstl.spark.spark_errors",
     "EngineWriteError": "pyspark_dstl.backend.store.engine_writer",
     "ExpiredTimers": "pyspark_dstl.spark",
+    "FencedError": "pyspark_dstl.backend.backend_errors",
     "FormatError": "pyspark_dstl.changelog.changelog_errors",
     "HandleError": "pyspark_dstl.changelog.changelog_errors",
     "HandleFormatError": "pyspark_dstl.materializer.materialized_handle",
@@ -55,7 +57,7 @@ _LAZY_NAMES = {
     "MaterializerClosedError": "pyspark_dstl.materializer.materializer_errors",
     "MaterializerError": "pyspark_dstl.materializer.materializer_errors",
     "NoCheckpointError": "pyspark_dstl.backend.ops.root",
-    "NonAtomicStorageWarning": "pyspark_dstl.changelog.storage.fsspec_storage",
+    "NonAtomicStorageWarning": "pyspark_dstl.changelog.changelog_errors",
     "NoTransformWithStateError": "pyspark_dstl.spark.moves.spark_checkpoint",
     "ObjectExistsError": "pyspark_dstl.changelog.changelog_errors",
     "ObjectNotFoundError": "pyspark_dstl.changelog.changelog_errors",
@@ -66,10 +68,12 @@ _LAZY_NAMES = {
     "PartitioningError": "pyspark_dstl.spark.spark_errors",
     "PermanentStorageError": "pyspark_dstl.changelog.changelog_errors",
     "ProcessorMismatchError": "pyspark_dstl.spark.moves.spark_checkpoint",
+    "PROGRESS_JSON_LOGGER": "pyspark_dstl.spark",
     "PROGRESS_LOGGER": "pyspark_dstl.spark",
     "ProviderError": "pyspark_dstl.backend.backend_errors",
     "read_state": "pyspark_dstl.spark",
     "register_state_reader": "pyspark_dstl.spark",
+    "SchemaRecordError": "pyspark_dstl.backend.backend_errors",
     "SnapshotCorruptError": "pyspark_dstl.materializer.materializer_errors",
     "SnapshotNotFoundError": "pyspark_dstl.materializer.materializer_errors",
     "SnapshotRequestError": "pyspark_dstl.materializer.materializer_errors",
@@ -112,13 +116,7 @@ _ALIASES = {"DefaultSource": "DstlStateDataSource"}
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY_NAMES.get(name)
-    if module is None:
-        raise AttributeError(f"module 'pyspark_dstl' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), _ALIASES.get(name, name))
-    globals()[name] = value
-    return value
+    return load_lazy_name(__name__, _LAZY_NAMES, name, _ALIASES)
 
 
-__all__ = ["CheckpointHeldError", "ConfigError", "DstlError", "FencedError",
-           *sorted(_LAZY_NAMES)]
+__all__ = ["ConfigError", "DstlError", "DstlWarning", *sorted(_LAZY_NAMES)]

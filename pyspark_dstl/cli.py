@@ -1,12 +1,12 @@
 """`python -m pyspark_dstl inspect|verify|cleanup|takeover|report <checkpoint-url>`: look after
-a checkpoint root; `python -m pyspark_dstl rescale <checkpoint-url> --partitions N`
+a checkpoint location; `python -m pyspark_dstl rescale <checkpoint-url> --partitions N`
 redistributes a stopped query's state over N partitions (no pyspark needed);
 `python -m pyspark_dstl import-state <spark-checkpoint> <checkpoint>
 --processor module:Class` brings a stopped PySpark query's state to a new checkpoint.
 
-Every command but import-state first checks that the root exists and holds a checkpoint (exit
-status 2 if not): a mistyped URL must never read as "0 problems". import-state needs pyspark
-(the `spark` extra), which is imported only when that command runs.
+Every command but import-state first checks that the checkpoint location exists and holds a
+checkpoint (exit status 2 if not): a mistyped URL must never read as "0 problems".
+import-state needs pyspark (the `spark` extra), which is imported only when that command runs.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from pyspark_dstl.backend.backend_errors import BackendError
-from pyspark_dstl.backend.backend_settings import CONF_PREFIX, FencingSettings
+from pyspark_dstl.backend.backend_settings import SETTINGS_PREFIX, FencingSettings
 from pyspark_dstl.backend.fencing.lease import take_over
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
 from pyspark_dstl.backend.ops.cleanup import CleanupReport, cleanup_checkpoint
@@ -33,18 +33,18 @@ from pyspark_dstl.changelog.changelog_settings import ChangelogSettings
 from pyspark_dstl.core.errors import ConfigError, DstlError
 from pyspark_dstl.materializer.materializer_errors import MaterializerError
 
-CHANGELOG_CONF_PREFIX = ChangelogSettings.SECTION.prefix
-FENCING_CONF_PREFIX = FencingSettings.SECTION.prefix
+CHANGELOG_SETTINGS_PREFIX = ChangelogSettings.SECTION.prefix
+FENCING_SETTINGS_PREFIX = FencingSettings.SECTION.prefix
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m pyspark_dstl",
                                      description="Inspect, verify, clean, take over or report on a "
-                                                 "checkpoint root; import a stopped PySpark "
+                                                 "checkpoint location; import a stopped PySpark "
                                                  "query's state.")
     parser.add_argument("command", choices=("inspect", "verify", "cleanup", "takeover",
                                             "report", "rescale", "import-state"))
-    parser.add_argument("url", help="checkpoint root, e.g. s3://bucket/query or file:///path "
+    parser.add_argument("url", help="checkpoint location, e.g. s3://bucket/query or file:///path "
                                     "(import-state: the stopped Spark query's checkpoint)")
     parser.add_argument("target", nargs="?",
                         help="import-state: the new checkpoint of this backend (empty)")
@@ -72,37 +72,39 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--s3-endpoint", help="S3 endpoint URL (e.g. a MinIO or test server)")
     parser.add_argument("--s3-region", help="S3 region")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
-                        help=f"any {CHANGELOG_CONF_PREFIX}* or {FENCING_CONF_PREFIX}* setting "
-                             f"(import-state: any {CONF_PREFIX}* setting; repeatable)")
+                        help=f"any {CHANGELOG_SETTINGS_PREFIX}* or {FENCING_SETTINGS_PREFIX}* "
+                             f"setting (import-state: any {SETTINGS_PREFIX}* setting; "
+                             f"repeatable)")
     return parser
 
 
-def tool_conf(args: argparse.Namespace) -> dict[str, str]:
-    conf: dict[str, str] = {}
+def tool_settings(args: argparse.Namespace) -> dict[str, str]:
+    """The settings the command line gives (`--conf KEY=VALUE`, as spark-submit takes them)."""
+    settings: dict[str, str] = {}
     for item in args.conf:
         key, sep, value = item.partition("=")
         if not sep:
             raise ChangelogError(f"--conf {item!r}: expected KEY=VALUE")
-        conf[key.strip()] = value
+        settings[key.strip()] = value
     if args.s3_endpoint:
-        conf[CHANGELOG_CONF_PREFIX + "s3.endpoint"] = args.s3_endpoint
+        settings[CHANGELOG_SETTINGS_PREFIX + "s3.endpoint"] = args.s3_endpoint
     if args.s3_region:
-        conf[CHANGELOG_CONF_PREFIX + "s3.region"] = args.s3_region
-    allowed = (CONF_PREFIX,) if args.command == "rescale" else (CHANGELOG_CONF_PREFIX,
-                                                                  FENCING_CONF_PREFIX)
-    unknown = [key for key in conf if not key.startswith(allowed)]
+        settings[CHANGELOG_SETTINGS_PREFIX + "s3.region"] = args.s3_region
+    allowed = ((SETTINGS_PREFIX,) if args.command == "rescale"
+               else (CHANGELOG_SETTINGS_PREFIX, FENCING_SETTINGS_PREFIX))
+    unknown = [key for key in settings if not key.startswith(allowed)]
     if unknown:
         raise ChangelogError(f"--conf {unknown[0]!r}: only {' and '.join(allowed)}* settings "
                              f"apply to {args.command}")
-    return conf
+    return settings
 
 
-def storage_options(args: argparse.Namespace) -> ChangelogSettings:
-    return ChangelogSettings.from_mapping(tool_conf(args), CHANGELOG_CONF_PREFIX)
+def changelog_settings(args: argparse.Namespace) -> ChangelogSettings:
+    return ChangelogSettings.from_mapping(tool_settings(args), CHANGELOG_SETTINGS_PREFIX)
 
 
-def fencing_options(args: argparse.Namespace) -> FencingSettings:
-    return FencingSettings.from_mapping(tool_conf(args), FENCING_CONF_PREFIX)
+def fencing_settings(args: argparse.Namespace) -> FencingSettings:
+    return FencingSettings.from_mapping(tool_settings(args), FENCING_SETTINGS_PREFIX)
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
@@ -112,8 +114,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     if args.command == "import-state":
         return _import_state(args, out)
     try:
-        storage = ChangelogService(args.url, storage_options(args))
-        fencing = fencing_options(args)
+        storage = ChangelogService(args.url, changelog_settings(args))
+        fencing = fencing_settings(args)
     except (ChangelogError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -157,13 +159,13 @@ def _import_state(args: argparse.Namespace, out: TextIO) -> int:
         print("error: import-state needs <spark-checkpoint> <checkpoint> --processor "
               "module:Class", file=sys.stderr)
         return 2
-    conf: dict[str, str] = {}
+    settings: dict[str, str] = {}
     for item in args.conf:
         key, sep, value = item.partition("=")
-        if not sep or not key.strip().startswith(CONF_PREFIX):
-            print(f"error: --conf {item!r}: expected {CONF_PREFIX}KEY=VALUE", file=sys.stderr)
+        if not sep or not key.strip().startswith(SETTINGS_PREFIX):
+            print(f"error: --conf {item!r}: expected {SETTINGS_PREFIX}KEY=VALUE", file=sys.stderr)
             return 2
-        conf[key.strip()] = value
+        settings[key.strip()] = value
     try:
         from pyspark.sql import SparkSession
 
@@ -175,7 +177,7 @@ def _import_state(args: argparse.Namespace, out: TextIO) -> int:
     spark = SparkSession.builder.appName("pyspark-dstl import-state").getOrCreate()
     try:
         report = import_state(spark, args.url, args.target, args.processor, name=args.name,
-                              conf=conf, engine_checkpoint=args.engine_checkpoint)
+                              settings=settings, engine_checkpoint=args.engine_checkpoint)
     except DstlError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -193,9 +195,9 @@ def _rescale(args: argparse.Namespace, storage: ChangelogService, fencing: Fenci
     if args.partitions is None or args.partitions < 1:
         raise ConfigError("rescale: --partitions N names the new number of state partitions "
                           "(at least 1)")
-    options = BackendSettings.from_mapping(tool_conf(args))
+    settings = BackendSettings.from_mapping(tool_settings(args))
     types = [t.strip() for t in args.key_types.split(",")] if args.key_types else None
-    record = rescale_offline(storage, options, fencing, args.partitions,
+    record = rescale_offline(storage, settings, fencing, args.partitions,
                              operator=args.operator, key_types=types)
     if args.json:
         print(json.dumps(record, indent=1, sort_keys=True), file=out)

@@ -28,9 +28,10 @@ def to_url(location: str) -> str:
     return Path(os.path.abspath(os.path.expanduser(location))).as_uri()
 
 
-def default_engine_checkpoint(checkpoint_url: str) -> str:
-    if not checkpoint_url.startswith("file://"):
-        raise ConfigError(f"{QUERY_PREFIX}engineCheckpointLocation: the checkpoint "
-                          f"{checkpoint_url!r} is not local; give the engine's checkpoint "
-                          f"location (engine_checkpoint=... or this setting)")
-    return checkpoint_url + "/engine"
+def default_engine_checkpoint(location: str) -> str:
+    """`<location>/engine`, for a local checkpoint location (the URL `to_url` gives)."""
+    if not location.startswith("file://"):
+        raise ConfigError(f"{QUERY_PREFIX}engineCheckpointLocation: the checkpoint location "
+                          f"{location!r} is not local; give the engine checkpoint's location "
+                          f"(engine_checkpoint=... or this setting)")
+    return location + "/engine"

@@ -25,12 +25,12 @@ What it does, in order:
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import reduce
 from typing import Any
 
+from pyspark_dstl.core.by_name import load_by_name
 from pyspark_dstl.core.errors import ConfigError
 from pyspark_dstl.spark.codec.values import encode_user_key, encode_value
 from pyspark_dstl.spark.driver import query_lease as fencing
@@ -478,19 +478,7 @@ def resolve_processor(processor: Any) -> Any:
     from pyspark.sql.streaming import StatefulProcessor as PySparkProcessor
 
     if isinstance(processor, str):
-        module_name, sep, class_name = processor.partition(":")
-        if not sep or not module_name or not class_name:
-            raise ConfigError(f"processor: expected module:Class, got {processor!r}")
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise ConfigError(f"processor {processor!r}: module {module_name!r} cannot be "
-                              f"imported: {exc}") from exc
-        cls = getattr(module, class_name, None)
-        if cls is None:
-            raise ConfigError(f"processor {processor!r}: module {module_name!r} has no "
-                              f"{class_name!r}")
-        processor = cls()
+        processor = load_by_name(processor, "processor", ConfigError)()
     if not isinstance(processor, PySparkProcessor):
         raise ConfigError(f"processor: {type(processor).__name__} is not a subclass of "
                           f"pyspark.sql.streaming.StatefulProcessor (import-state brings the "
@@ -512,19 +500,20 @@ def check_target(checkpoint_url: str, engine: str) -> None:
             f"location whose engine directory does not exist yet")
 
 
-def import_state(spark: Any, spark_checkpoint: str, checkpoint: str, processor: Any, *,
-                 name: str | None = None, conf: Mapping[str, Any] | None = None,
+def import_state(spark: Any, spark_checkpoint: str, checkpoint_location: str, processor: Any,
+                 *, name: str | None = None, settings: Mapping[str, Any] | None = None,
                  engine_checkpoint: str | None = None) -> ImportReport:
     """Make the state of the stopped transformWithState query at `spark_checkpoint` (at its
-    last committed batch N) the starting state of `checkpoint`, and copy Spark's logs to the
-    engine checkpoint (`<checkpoint>/engine` by default), so that the same query started on
-    this backend there goes on with batch N+1. `processor`: the query's PySpark
-    StatefulProcessor, an instance or "module:Class". `name`, `conf`: as process(...)'s."""
+    last committed batch N) the starting state of `checkpoint_location`, and copy Spark's logs
+    to the engine checkpoint (`<checkpoint location>/engine` by default), so that the same
+    query started on this backend there goes on with batch N+1. `processor`: the query's
+    PySpark StatefulProcessor, an instance or "module:Class". `name`, `settings`: as
+    process(...)'s."""
     from pyspark.sql.types import LongType, StructField, StructType
 
     processor = resolve_processor(processor)
     source = SparkCheckpoint.open(spark_checkpoint)
-    url = to_url(checkpoint)
+    url = to_url(checkpoint_location)
     local_path(url, "checkpoint", TARGET_FIX)
     engine = engine_checkpoint or default_engine_checkpoint(url)
     check_target(url, engine)
@@ -537,20 +526,20 @@ def import_state(spark: Any, spark_checkpoint: str, checkpoint: str, processor: 
     fields = {f.name: f.dataType for f in records.schema.fields}
     targets = [Target(v, _stored_type(v, fields[_value_column(i)]),
                       fields.get(_map_key_column(i))) for i, v in enumerate(operator.variables)]
-    overrides: dict[str, Any] = dict(conf or {})
+    overrides: dict[str, Any] = dict(settings or {})
     overrides[QUERY_PREFIX + "checkpointLocation"] = url
     overrides[QUERY_PREFIX + "partitions"] = partitions
     overrides[QUERY_PREFIX + "outputMode"] = "collect"
     if name is not None:
         overrides[QUERY_PREFIX + "operatorName"] = name
-    settings = DstlSettings.from_session(spark, overrides)
+    resolved = DstlSettings.from_session(spark, overrides)
     mode = "none" if operator.time_mode == "none" else "processing_time"
     spec = OperatorSpec(processor=StateImporter(processor, schemas, targets),
                         key_columns=key_columns,
                         output_schema=StructType([StructField("imported", LongType())]),
-                        checkpoint=url, partitions=partitions,
-                        name=settings.query.operator_name, time=TimeSpec(mode))
-    importer = ImportOperator(spec, settings, logs, operator.time_mode,
+                        location=url, partitions=partitions,
+                        name=resolved.query.operator_name, time=TimeSpec(mode))
+    importer = ImportOperator(spec, resolved, logs, operator.time_mode,
                               type(processor).__name__)
     result = importer.execute(records, logs.batch_id)
     try:

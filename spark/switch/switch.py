@@ -11,20 +11,20 @@ methods back.
 from __future__ import annotations
 
 import functools
-import importlib
 import inspect
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from pyspark_dstl.core.by_name import load_by_name
 from pyspark_dstl.spark.readers.discovery import warn_if_undiscoverable
 from pyspark_dstl.spark.spark_errors import DropInUsageError
 from pyspark_dstl.spark.switch.frame import StatefulDataFrame
 
 ENTRY_POINTS = ("transformWithStateInPandas", "transformWithState")
 ROWS_AS = {"transformWithStateInPandas": "pandas", "transformWithState": "rows"}
-GROUPED_DATA_CLASSES = (("pyspark.sql.group", "GroupedData"),
-                        ("pyspark.sql.connect.group", "GroupedData"))
+GROUPED_DATA_CLASSES = ("pyspark.sql.group:GroupedData",
+                        "pyspark.sql.connect.group:GroupedData")
 _ABSENT = object()
 
 _lock = threading.Lock()
@@ -62,12 +62,10 @@ def installed() -> bool:
 
 
 def _grouped_data_classes() -> Iterator[type]:
-    for module_name, class_name in GROUPED_DATA_CLASSES:
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError:  # Spark Connect's client needs grpc; without it, classic only
-            continue
-        yield getattr(module, class_name)
+    for path in GROUPED_DATA_CLASSES:
+        cls = load_by_name(path, "PySpark's GroupedData", DropInUsageError, if_importable=True)
+        if cls is not None:  # Spark Connect's client needs grpc; without it, classic only
+            yield cls
 
 
 def _entry(name: str, pyspark_method: Callable[..., Any]) -> Callable[..., Any]:

@@ -246,7 +246,8 @@ class StatefulStreamWriter:
         shuffle = (None if _session_conf(session, QUERY_PARTITIONS)
                    else _session_conf(session, SHUFFLE_PARTITIONS))
         stream = GroupedStateful(call.source, call.key_columns).process(
-            plan.processor, plan.output_schema, checkpoint=checkpoint, time_mode=plan.time_mode,
+            plan.processor, plan.output_schema, checkpoint_location=checkpoint,
+            time_mode=plan.time_mode,
             initial_state=plan.initial_state, partitions=int(shuffle) if shuffle else None)
 
         def write(output: Any, batch_id: int) -> None:

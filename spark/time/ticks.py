@@ -66,11 +66,11 @@ class TickDemand:
         return self.next_timer_ms <= limit
 
 
-def default_demand_file(checkpoint: str, operator: str) -> str:
-    """A local file per (checkpoint, operator), outside the checkpoint (it is a hint only)."""
+def default_demand_file(location: str, operator: str) -> str:
+    """A local file per (checkpoint location, operator), outside it (it is a hint only)."""
     import hashlib
 
-    digest = hashlib.sha256(f"{checkpoint}\0{operator}".encode()).hexdigest()[:24]
+    digest = hashlib.sha256(f"{location}\0{operator}".encode()).hexdigest()[:24]
     return os.path.join(tempfile.gettempdir(), "pyspark-dstl", "ticks", f"{digest}.json")
 
 

@@ -201,7 +201,7 @@ class DstlEngine:
         stream = method(statefulProcessor=processor, outputStructType=scenario.output_schema,
                         outputMode="Update", timeMode=scenario.time_mode,
                         initialState=initial_state(df.sparkSession, scenario),
-                        checkpoint=str(checkpoint))
+                        checkpoint_location=str(checkpoint))
         return stream.foreach_batch(sink).start(trigger=dict(trigger))
 
 

@@ -217,7 +217,8 @@ def dstl_starter(processor: Any, output: str, time_mode: str, row_api: bool) -> 
         grouped = stateful(df).group_by("user")
         method = grouped.transformWithState if row_api else grouped.transformWithStateInPandas
         stream = method(statefulProcessor=processor, outputStructType=output,
-                        outputMode="Update", timeMode=time_mode, checkpoint=str(checkpoint))
+                        outputMode="Update", timeMode=time_mode,
+                        checkpoint_location=str(checkpoint))
         return stream.foreach_batch(sink).start(engine_checkpoint=str(checkpoint / "engine"),
                                                 trigger={"once": True})
 
@@ -424,7 +425,7 @@ def test_rate_source_goes_on_from_the_next_row(spark: Any, tmp_path: Path) -> No
             time.sleep(PAUSE_S)
             stream = stateful(rates()).group_by("bucket").transformWithStateInPandas(
                 statefulProcessor=RateTotals(), outputStructType=RateTotals.OUTPUT,
-                outputMode="Update", timeMode="None", checkpoint=str(checkpoint))
+                outputMode="Update", timeMode="None", checkpoint_location=str(checkpoint))
             await_query(stream.foreach_batch(sink).start(trigger={"once": True}))
 
     assert sorted(b for b in batches if b > before) == [before + 1, before + 2]

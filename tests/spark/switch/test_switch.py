@@ -105,7 +105,7 @@ def test_the_builder_names_a_trigger_given_as_a_string(spark: Any, tmp_path: Pat
     from tests.support.spark import COUNT_SCHEMA, CountProcessor
 
     stream = stateful(users_stream(spark, tmp_path / "in")).group_by("user").process(
-        CountProcessor(), COUNT_SCHEMA, checkpoint=str(tmp_path / "ckpt"))
+        CountProcessor(), COUNT_SCHEMA, checkpoint_location=str(tmp_path / "ckpt"))
     with pytest.raises(ConfigError, match=r"trigger='10 seconds': .*'processingTime'"):
         stream.start(trigger="10 seconds")  # type: ignore[arg-type]
 
@@ -116,6 +116,6 @@ def test_the_builder_names_a_batch_dataframe_given_to_start(spark: Any, tmp_path
 
     batch = spark.createDataFrame([("a", 1)], "user string, v long")
     stream = stateful(batch).group_by("user").process(CountProcessor(), COUNT_SCHEMA,
-                                                       checkpoint=str(tmp_path / "ckpt"))
+                                                       checkpoint_location=str(tmp_path / "ckpt"))
     with pytest.raises(ConfigError, match=r"batch DataFrame.*run_batch"):
         stream.start()

@@ -46,7 +46,7 @@ def run_sessions(spark: Any, inputs: Path, checkpoint: Path, processor: Any = No
                  outputs: Batches | None = None) -> StatefulStream:
     stream = (stateful(event_stream(spark, inputs)).group_by("user")
               .process(processor or InactivitySessions(), SESSION_SCHEMA,
-                       checkpoint=str(checkpoint), time_mode="event_time", event_time="ts",
+                       checkpoint_location=str(checkpoint), time_mode="event_time", event_time="ts",
                        watermark_delay="10 seconds")
               .foreach_batch(batch_sink(outputs if outputs is not None else {})))
     query = stream.start(trigger={"availableNow": True})
@@ -109,7 +109,7 @@ def test_processing_time_timer_fires_at_a_later_trigger_without_input(
     outputs: Batches = {}
     stream = (stateful(event_stream(spark, tmp_path / "in")).group_by("user")
               .process(Alarm(delay_ms=1500), "user string, event string, batch long",
-                       checkpoint=str(tmp_path / "ckpt"), time_mode="processing_time")
+                       checkpoint_location=str(tmp_path / "ckpt"), time_mode="processing_time")
               .foreach_batch(batch_sink(outputs)))
     query = stream.start(trigger={"processingTime": "200 milliseconds"})
     try:
@@ -132,7 +132,7 @@ def test_initial_state_is_applied_once_before_the_first_batch(
     outputs: Batches = {}
     stream = (stateful(event_stream(spark, tmp_path / "in")).group_by("user")
               .process(CountFromInitial(), "user string, count long",
-                       checkpoint=str(tmp_path / "ckpt"),
+                       checkpoint_location=str(tmp_path / "ckpt"),
                        initial_state=initial.groupBy("user"))
               .foreach_batch(batch_sink(outputs)))
     query = stream.start(trigger={"availableNow": True})
@@ -149,7 +149,7 @@ def test_timestamp_and_date_columns_group_like_any_key(spark: Any, tmp_path: Pat
     outputs: Batches = {}
     df = event_stream(spark, tmp_path / "in", "day date, ts timestamp")
     query = (stateful(df).group_by("day", "ts")
-             .process(KeyEcho(), "key string, n long", checkpoint=str(tmp_path / "ckpt"))
+             .process(KeyEcho(), "key string, n long", checkpoint_location=str(tmp_path / "ckpt"))
              .foreach_batch(batch_sink(outputs)).start(trigger={"availableNow": True}))
     query.awaitTermination()
     assert [n for _, n in outputs[0]] == [2, 1]
@@ -169,14 +169,14 @@ def test_event_time_column_must_be_a_timestamp(spark: Any, tmp_path: Path) -> No
     df = event_stream(spark, tmp_path, "user string, ts long")
     with pytest.raises(ConfigError, match="event_time: column 'ts' has type long"):
         stateful(df).group_by("user").process(
-            InactivitySessions(), SESSION_SCHEMA, checkpoint=str(tmp_path / "c"),
+            InactivitySessions(), SESSION_SCHEMA, checkpoint_location=str(tmp_path / "c"),
             time_mode="event_time", event_time="ts", watermark_delay="1 minute")
 
 
 def test_watermark_set_with_with_watermark_is_used(spark: Any, tmp_path: Path) -> None:
     df = event_stream(spark, tmp_path).withWatermark("ts", "2 minutes")
     stream = stateful(df).group_by("user").process(
-        InactivitySessions(), SESSION_SCHEMA, checkpoint=str(tmp_path / "c"),
+        InactivitySessions(), SESSION_SCHEMA, checkpoint_location=str(tmp_path / "c"),
         time_mode="EventTime")
     time_spec = stream.operator.spec.time
     assert (time_spec.event_time_column, time_spec.watermark_delay_ms) == ("ts", 120_000)
@@ -185,7 +185,7 @@ def test_watermark_set_with_with_watermark_is_used(spark: Any, tmp_path: Path) -
 def test_bad_ttl_fails_on_the_driver_naming_the_state(spark: Any, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="ttl of seen"):
         stateful(event_stream(spark, tmp_path)).group_by("user").process(
-            BadTtl(), SESSION_SCHEMA, checkpoint=str(tmp_path / "c"))
+            BadTtl(), SESSION_SCHEMA, checkpoint_location=str(tmp_path / "c"))
 
 
 def test_a_batch_run_again_after_its_commit_keeps_its_processing_time(
@@ -193,7 +193,8 @@ def test_a_batch_run_again_after_its_commit_keeps_its_processing_time(
     batch = spark.createDataFrame(events(("a", 0)))
     outputs: Batches = {}
     stream = (stateful(batch).group_by("user")
-              .process(ClockEcho(), "user string, now long", checkpoint=str(tmp_path / "c"),
+              .process(ClockEcho(), "user string, now long",
+                       checkpoint_location=str(tmp_path / "c"),
                        time_mode="processing_time")
               .foreach_batch(batch_sink(outputs)))
     stream.run_batch(batch, 0)
