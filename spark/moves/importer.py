@@ -1,37 +1,36 @@
-"""Bring the state along: a stopped PySpark transformWithState(InPandas) query's state becomes
-the starting state of a checkpoint of this backend, and the query goes on from its next input.
+"""The import machinery: a stopped PySpark transformWithState(InPandas) query's state, read
+through Spark's own readers, committed here as the starting state of a location of this
+backend. The commands that use it: import_state.py (into a new location, or in place) and
+in_place.py (the in-place move, also at a query's start on the switch).
 
-    python -m pyspark_dstl import-state <spark-checkpoint> <checkpoint> --processor mod:Class
-    pyspark_dstl.import_state(spark, spark_checkpoint, checkpoint, processor)
+What an import does, in order:
 
-What it does, in order:
-
-1. Reads Spark's logs (spark_checkpoint.py): the last batch N must be committed.
-2. Reads Spark's operator metadata (`state-metadata` source): the transformWithState operator,
-   its time mode and its state variables (kind, TTL or not).
-3. Runs the user's processor's init() on the driver, as the compat path does, to learn each
-   variable's schema, and checks that it declares every variable Spark kept, with its kind.
-4. Reads the state through Spark's own `statestore` source at batch N (value, list and map
-   state with their TTL expiries, and the registered timers) into one DataFrame of import
-   records, and runs this backend's stateful stage on it as batch N: the processor of that
-   stage runs the user's init() (so the variables are declared exactly as at run time) and
-   writes every record with the encodings of the compat path, keeping Spark's TTL expiries and
-   timer times. Its commit entry records N, the partition count of Spark's offset log
-   (`spark.sql.shuffle.partitions`), the key columns, and the batch's clocks (processing time,
-   watermark, next watermark) as a batch of this backend records them.
-5. Copies Spark's `metadata`, `offsets/`, `commits/` and `sources/` to `<checkpoint>/engine`,
-   so the query started there on this backend runs batch N+1 from the sources' positions.
+1. `prepare_import`: reads Spark's logs (spark_checkpoint.py: the last batch N must be
+   committed) and Spark's operator metadata (`state-metadata` source: the transformWithState
+   operator, its time mode and its state variables: kind, TTL or not); runs the user's
+   processor's init() on the driver, as the compat path does, to learn each variable's schema,
+   and checks that it declares every variable Spark kept, with its kind; and plans the read of
+   the state through Spark's own `statestore` source at batch N (value, list and map state
+   with their TTL expiries, and the registered timers) as one DataFrame of import records.
+2. `commit_import`: runs this backend's stateful stage on the records as batch N: the stage's
+   processor runs the user's init() (so the variables are declared exactly as at run time)
+   and writes every record with the encodings of the compat path, keeping Spark's TTL expiries
+   and timer times. Its commit entry records N, the partition count of Spark's offset log
+   (`spark.sql.shuffle.partitions`), the key columns, the batch's clocks (processing time,
+   watermark, next watermark) as a batch of this backend records them, and where the state
+   came from (`extra["imported"]`).
+3. The caller copies Spark's `metadata`, `offsets/`, `commits/` and `sources/` to the engine
+   checkpoint (spark_checkpoint.copy_engine_logs), so the query started there on this backend
+   runs batch N+1 from the sources' positions.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import reduce
 from typing import Any
 
-from pyspark_dstl.core.errors import ConfigError
 from pyspark_dstl.spark.codec.values import encode_user_key, encode_value
 from pyspark_dstl.spark.driver import query_lease as fencing
 from pyspark_dstl.spark.driver.operator import (
@@ -41,19 +40,12 @@ from pyspark_dstl.spark.driver.operator import (
     StatefulOperator,
 )
 from pyspark_dstl.spark.keys.keyed_batch import KeyedBatch
-from pyspark_dstl.spark.locations import default_engine_checkpoint, to_url
 from pyspark_dstl.spark.moves.spark_checkpoint import (
     BatchLogs,
-    ImportStateError,
     IncompleteSparkCheckpointError,
     NoTransformWithStateError,
     ProcessorMismatchError,
     SparkCheckpoint,
-    SparkCheckpointError,
-    TargetNotEmptyError,
-    copy_engine_logs,
-    engine_is_empty,
-    local_path,
 )
 from pyspark_dstl.spark.processors.declarations import declaring_handle
 from pyspark_dstl.spark.processors.processor import StatefulProcessor, StatefulProcessorHandle
@@ -63,20 +55,8 @@ from pyspark_dstl.spark.time.clock import TimeSpec
 from pyspark_dstl.spark.time.modes import time_mode_of
 from pyspark_dstl.spark.time.timers import MIN_EXPIRY_MS
 
-__all__ = [
-    "ImportReport",
-    "ImportStateError",
-    "IncompleteSparkCheckpointError",
-    "NoTransformWithStateError",
-    "ProcessorMismatchError",
-    "SparkCheckpointError",
-    "TargetNotEmptyError",
-    "import_state",
-]
-
 ENTRY = "import-state"
 KINDS = {"ValueState": "value", "ListState": "list", "MapState": "map"}
-TARGET_FIX = "import into a local directory (it can be copied elsewhere as a whole)"
 TICK_OFFSET = '{"tick":-1}'  # the tick source's offset before its first tick (ticks.py)
 
 # columns of the import records, beside the key columns
@@ -126,9 +106,11 @@ class ImportReport:
     records: int  # import records written: values, lists, map entries and timers
     engine_checkpoint: str
     commit_path: str
+    in_place: bool = False  # the Spark checkpoint's own location now belongs to this backend
 
     def describe(self) -> str:
-        return (f"imported batch {self.batch_id}: {self.records} record(s) of "
+        where = "moved in place" if self.in_place else "imported"
+        return (f"{where} batch {self.batch_id}: {self.records} record(s) of "
                 f"{len(self.variables)} state variable(s) ({', '.join(self.variables) or '-'}) "
                 f"and timers, {self.partitions} state partitions, key "
                 f"({', '.join(self.key_columns)}), time mode {self.time_mode}; Spark's logs "
@@ -444,11 +426,13 @@ class ImportOperator(StatefulOperator):
     while the records are written; its commit entry records the clocks of Spark's batch."""
 
     def __init__(self, spec: OperatorSpec, conf: DstlSettings, logs: BatchLogs,
-                 spark_time_mode: str, processor_name: str) -> None:
+                 spark_time_mode: str, processor_name: str,
+                 imported: Mapping[str, Any] | None = None) -> None:
         super().__init__(spec, conf)
         self.logs = logs
         self.spark_time_mode = spark_time_mode
         self.processor_name = processor_name
+        self.imported = dict(imported or {})
 
     def _batch_time(self, base: BatchBase, batch_id: int) -> int:
         return MIN_EXPIRY_MS
@@ -467,67 +451,35 @@ class ImportOperator(StatefulOperator):
                           max_event_time_ms=None, next_watermark_ms=logs.next_watermark_ms)
         return {"time": record,
                 "imported": {"from": "spark", "batch_id": logs.batch_id,
-                             "processor": self.processor_name}}
+                             "processor": self.processor_name, **self.imported}}
 
 
 # ---- the whole import ------------------------------------------------------------------------
 
 
-def resolve_processor(processor: Any) -> Any:
-    """An instance, or "module:Class" (instantiated without arguments)."""
-    from pyspark.sql.streaming import StatefulProcessor as PySparkProcessor
-
-    if isinstance(processor, str):
-        module_name, sep, class_name = processor.partition(":")
-        if not sep or not module_name or not class_name:
-            raise ConfigError(f"processor: expected module:Class, got {processor!r}")
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise ConfigError(f"processor {processor!r}: module {module_name!r} cannot be "
-                              f"imported: {exc}") from exc
-        cls = getattr(module, class_name, None)
-        if cls is None:
-            raise ConfigError(f"processor {processor!r}: module {module_name!r} has no "
-                              f"{class_name!r}")
-        processor = cls()
-    if not isinstance(processor, PySparkProcessor):
-        raise ConfigError(f"processor: {type(processor).__name__} is not a subclass of "
-                          f"pyspark.sql.streaming.StatefulProcessor (import-state brings the "
-                          f"state of PySpark's transformWithState queries)")
-    return processor
+def tick_offsets(time_mode: str) -> list[str]:
+    """The offsets a query of this backend reads beyond the Spark query's sources: the tick
+    source's, for a query with a time mode (its engine checkpoint's entries need them)."""
+    return [TICK_OFFSET] if time_mode != "none" else []
 
 
-def check_target(checkpoint_url: str, engine: str) -> None:
-    root = local_path(checkpoint_url, "checkpoint", TARGET_FIX)
-    for name in ("commits", "state"):
-        directory = root / name
-        if directory.is_dir() and any(directory.iterdir()):
-            raise TargetNotEmptyError(
-                f"checkpoint {checkpoint_url!r} already holds state ({name}/ is not empty): "
-                f"import into a new, empty checkpoint location")
-    if not engine_is_empty(local_path(engine, "engine checkpoint", TARGET_FIX)):
-        raise TargetNotEmptyError(
-            f"engine checkpoint {engine!r} is not empty: import into a new checkpoint "
-            f"location whose engine directory does not exist yet")
+@dataclass(frozen=True)
+class PreparedImport:
+    """Everything read and checked before anything is written."""
+
+    source: SparkCheckpoint
+    logs: BatchLogs
+    operator: SparkOperator
+    processor: Any  # the PySpark StatefulProcessor
+    schemas: dict[str, str]
+    partitions: int
+    records: Any  # DataFrame of import records (lazy: read when committed)
+    key_columns: tuple[str, ...]
+    targets: tuple[Target, ...]
 
 
-def import_state(spark: Any, spark_checkpoint: str, checkpoint: str, processor: Any, *,
-                 name: str | None = None, conf: Mapping[str, Any] | None = None,
-                 engine_checkpoint: str | None = None) -> ImportReport:
-    """Make the state of the stopped transformWithState query at `spark_checkpoint` (at its
-    last committed batch N) the starting state of `checkpoint`, and copy Spark's logs to the
-    engine checkpoint (`<checkpoint>/engine` by default), so that the same query started on
-    this backend there goes on with batch N+1. `processor`: the query's PySpark
-    StatefulProcessor, an instance or "module:Class". `name`, `conf`: as process(...)'s."""
-    from pyspark.sql.types import LongType, StructField, StructType
-
-    processor = resolve_processor(processor)
-    source = SparkCheckpoint.open(spark_checkpoint)
-    url = to_url(checkpoint)
-    local_path(url, "checkpoint", TARGET_FIX)
-    engine = engine_checkpoint or default_engine_checkpoint(url)
-    check_target(url, engine)
+def prepare_import(spark: Any, source: SparkCheckpoint, processor: Any) -> PreparedImport:
+    """Step 1 (module docstring): read and check, write nothing."""
     logs = source.last_committed()
     operator = read_operator(spark, source, logs.batch_id)
     schemas, kinds = declarations(processor, operator.time_mode)
@@ -535,33 +487,43 @@ def import_state(spark: Any, spark_checkpoint: str, checkpoint: str, processor: 
     partitions = logs.shuffle_partitions or operator.num_partitions
     records, key_columns = import_records(spark, source, operator, logs.batch_id)
     fields = {f.name: f.dataType for f in records.schema.fields}
-    targets = [Target(v, _stored_type(v, fields[_value_column(i)]),
-                      fields.get(_map_key_column(i))) for i, v in enumerate(operator.variables)]
+    targets = tuple(Target(v, _stored_type(v, fields[_value_column(i)]),
+                           fields.get(_map_key_column(i)))
+                    for i, v in enumerate(operator.variables))
+    return PreparedImport(source, logs, operator, processor, schemas, partitions, records,
+                          key_columns, targets)
+
+
+def commit_import(spark: Any, prepared: PreparedImport, url: str, *, name: str | None = None,
+                  conf: Mapping[str, Any] | None = None,
+                  imported: Mapping[str, Any] | None = None) -> tuple[str, int]:
+    """Step 2: the stage and its commit entry as Spark's batch N; (the entry's path, the
+    records written). `imported`: more to record in the entry's `extra["imported"]`."""
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    operator = prepared.operator
     overrides: dict[str, Any] = dict(conf or {})
     overrides[QUERY_PREFIX + "checkpointLocation"] = url
-    overrides[QUERY_PREFIX + "partitions"] = partitions
+    overrides[QUERY_PREFIX + "partitions"] = prepared.partitions
     overrides[QUERY_PREFIX + "outputMode"] = "collect"
     if name is not None:
         overrides[QUERY_PREFIX + "operatorName"] = name
     settings = DstlSettings.from_session(spark, overrides)
     mode = "none" if operator.time_mode == "none" else "processing_time"
-    spec = OperatorSpec(processor=StateImporter(processor, schemas, targets),
-                        key_columns=key_columns,
+    spec = OperatorSpec(processor=StateImporter(prepared.processor, prepared.schemas,
+                                                prepared.targets),
+                        key_columns=prepared.key_columns,
                         output_schema=StructType([StructField("imported", LongType())]),
-                        checkpoint=url, partitions=partitions,
+                        checkpoint=url, partitions=prepared.partitions,
                         name=settings.query.operator_name, time=TimeSpec(mode))
-    importer = ImportOperator(spec, settings, logs, operator.time_mode,
-                              type(processor).__name__)
-    result = importer.execute(records, logs.batch_id)
+    importer = ImportOperator(spec, settings, prepared.logs, operator.time_mode,
+                              type(prepared.processor).__name__,
+                              {"spark_operator": operator.name,
+                               "spark_checkpoint": prepared.source.url, **dict(imported or {})})
+    result = importer.execute(prepared.records, prepared.logs.batch_id)
     try:
         path = importer.commit(result)
     finally:
         importer.release(result)
         fencing.hold(importer).release("import-state finished")
-    ticks = [TICK_OFFSET] if operator.time_mode != "none" else []
-    copy_engine_logs(source, local_path(engine, "engine checkpoint", TARGET_FIX), ticks)
-    return ImportReport(batch_id=logs.batch_id, partitions=partitions, key_columns=key_columns,
-                        time_mode=operator.time_mode,
-                        variables=tuple(v.name for v in operator.variables),
-                        records=sum(r.input_rows for r in result.reports.values()),
-                        engine_checkpoint=engine, commit_path=path)
+    return path, sum(r.input_rows for r in result.reports.values())

@@ -1,0 +1,136 @@
+"""Bring the state along: a stopped PySpark transformWithState(InPandas) query's state becomes
+the starting state of a location of this backend, and the query goes on from its next input.
+
+    python -m pyspark_dstl import-state <spark-checkpoint> <location> --processor mod:Class
+    pyspark_dstl.import_state(spark, spark_checkpoint, location, processor)
+
+Into a new location: the state is committed there (importer.py) and Spark's logs are copied to
+its engine checkpoint; the Spark checkpoint is only read. In place (the same location twice):
+the Spark checkpoint's location becomes this backend's (in_place.py), and Spark's own operator
+refuses it from then on.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from typing import Any
+
+from pyspark_dstl.core.errors import ConfigError
+from pyspark_dstl.spark.locations import default_engine_checkpoint, to_url
+from pyspark_dstl.spark.moves.importer import (
+    ImportReport,
+    commit_import,
+    prepare_import,
+    read_operator,
+    tick_offsets,
+)
+from pyspark_dstl.spark.moves.in_place import move_in_place, setup_for
+from pyspark_dstl.spark.moves.spark_checkpoint import (
+    ImportStateError,
+    IncompleteSparkCheckpointError,
+    NoTransformWithStateError,
+    ProcessorMismatchError,
+    SparkCheckpoint,
+    SparkCheckpointError,
+    TargetNotEmptyError,
+    copy_engine_logs,
+    engine_is_empty,
+    local_path,
+)
+
+__all__ = [
+    "ImportReport",
+    "ImportStateError",
+    "IncompleteSparkCheckpointError",
+    "NoTransformWithStateError",
+    "ProcessorMismatchError",
+    "SparkCheckpointError",
+    "TargetNotEmptyError",
+    "import_state",
+    "resolve_processor",
+]
+
+TARGET_FIX = "import into a local directory (it can be copied elsewhere as a whole)"
+
+
+def resolve_processor(processor: Any) -> Any:
+    """An instance, or "module:Class" (instantiated without arguments)."""
+    from pyspark.sql.streaming import StatefulProcessor as PySparkProcessor
+
+    if isinstance(processor, str):
+        module_name, sep, class_name = processor.partition(":")
+        if not sep or not module_name or not class_name:
+            raise ConfigError(f"processor: expected module:Class, got {processor!r}")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise ConfigError(f"processor {processor!r}: module {module_name!r} cannot be "
+                              f"imported: {exc}") from exc
+        cls = getattr(module, class_name, None)
+        if cls is None:
+            raise ConfigError(f"processor {processor!r}: module {module_name!r} has no "
+                              f"{class_name!r}")
+        processor = cls()
+    if not isinstance(processor, PySparkProcessor):
+        raise ConfigError(f"processor: {type(processor).__name__} is not a subclass of "
+                          f"pyspark.sql.streaming.StatefulProcessor (import-state brings the "
+                          f"state of PySpark's transformWithState queries)")
+    return processor
+
+
+def check_target(checkpoint_url: str, engine: str) -> None:
+    root = local_path(checkpoint_url, "checkpoint", TARGET_FIX)
+    for name in ("commits", "state"):
+        directory = root / name
+        if directory.is_dir() and any(directory.iterdir()):
+            raise TargetNotEmptyError(
+                f"checkpoint {checkpoint_url!r} already holds state ({name}/ is not empty): "
+                f"import into a new, empty checkpoint location")
+    if not engine_is_empty(local_path(engine, "engine checkpoint", TARGET_FIX)):
+        raise TargetNotEmptyError(
+            f"engine checkpoint {engine!r} is not empty: import into a new checkpoint "
+            f"location whose engine directory does not exist yet")
+
+
+def same_location(spark_checkpoint: str, checkpoint: str) -> bool:
+    return to_url(spark_checkpoint).rstrip("/") == to_url(checkpoint).rstrip("/")
+
+
+def import_state(spark: Any, spark_checkpoint: str, checkpoint: str, processor: Any, *,
+                 name: str | None = None, conf: Mapping[str, Any] | None = None,
+                 engine_checkpoint: str | None = None) -> ImportReport:
+    """Make the state of the stopped transformWithState query at `spark_checkpoint` (at its
+    last committed batch N) the starting state of `checkpoint`, and copy Spark's logs to the
+    engine checkpoint (`<checkpoint>/engine` by default), so that the same query started on
+    this backend there goes on with batch N+1. The same location twice moves it in place.
+    `processor`: the query's PySpark StatefulProcessor, an instance or "module:Class".
+    `name`, `conf`: as process(...)'s."""
+    processor = resolve_processor(processor)
+    url = to_url(checkpoint)
+    SparkCheckpoint.open(spark_checkpoint)  # refuses what is not a local Spark checkpoint
+    local_path(url, "checkpoint", TARGET_FIX)
+    engine = engine_checkpoint or default_engine_checkpoint(url)
+    overrides = dict(conf or {})
+    if name is not None:
+        overrides["spark.dstl.query.operatorName"] = name
+    if same_location(spark_checkpoint, checkpoint):
+        source = SparkCheckpoint.open(spark_checkpoint)
+        time_mode = _time_mode_of_query(spark, source)
+        return move_in_place(spark, processor, setup_for(url, engine, overrides, spark,
+                                                         tick_offsets(time_mode)))
+    source = SparkCheckpoint.open(spark_checkpoint)
+    check_target(url, engine)
+    prepared = prepare_import(spark, source, processor)
+    path, records = commit_import(spark, prepared, url, name=name, conf=conf)
+    copy_engine_logs(source, local_path(engine, "engine checkpoint", TARGET_FIX),
+                     tick_offsets(prepared.operator.time_mode))
+    operator = prepared.operator
+    return ImportReport(batch_id=prepared.logs.batch_id, partitions=prepared.partitions,
+                        key_columns=prepared.key_columns, time_mode=operator.time_mode,
+                        variables=tuple(v.name for v in operator.variables),
+                        records=records, engine_checkpoint=engine, commit_path=path)
+
+
+def _time_mode_of_query(spark: Any, source: SparkCheckpoint) -> str:
+    return read_operator(spark, source, source.last_committed().batch_id).time_mode
