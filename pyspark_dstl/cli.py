@@ -64,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--rows", action="store_true",
                         help="export-state: the query calls transformWithState (Rows), not "
                              "transformWithStateInPandas (default: as the checkpoint records)")
+    parser.add_argument("--output-mode", choices=("Append", "Update"),
+                        help="export-state: the outputMode of the query's transformWithState "
+                             "call (default: as the checkpoint records)")
     parser.add_argument("--apply", action="store_true",
                         help="cleanup: really delete (the default is a dry run)")
     parser.add_argument("--retain", type=int, default=100,
@@ -230,7 +233,8 @@ def _move(args: argparse.Namespace, out: TextIO) -> int:
             report = export_state(spark, args.url, args.target, args.processor,
                                   name=args.name, conf=conf,
                                   engine_checkpoint=args.engine_checkpoint,
-                                  rows=True if args.rows else None)
+                                  rows=True if args.rows else None,
+                                  output_mode=args.output_mode)
     except DstlError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

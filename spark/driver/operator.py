@@ -558,9 +558,13 @@ class StatefulOperator:
 
 def _pyspark_entry(processor: Any) -> dict[str, str]:
     """Which PySpark call runs a PySpark processor (transformWithStateInPandas or
-    transformWithState): export-state gives Spark's operator the same one."""
+    transformWithState) and its outputMode: export-state makes Spark's operator the same
+    call (Spark refuses a checkpoint whose operator had another outputMode)."""
     entry = getattr(processor, "entry", None)
-    return {"pyspark_entry": entry} if isinstance(entry, str) else {}
+    if not isinstance(entry, str):
+        return {}
+    return {"pyspark_entry": entry,
+            "pyspark_output_mode": str(getattr(processor, "output_mode", "Update"))}
 
 
 @dataclass

@@ -47,6 +47,7 @@ from pyspark_dstl.spark.spark_errors import (
 MOVES_PREFIX = "moves"
 SPARK_OFFSETS = "offsets"
 SPARK_COMMITS = "commits"
+SPARK_METADATA = "metadata"
 MARKER_PREFIX = "pyspark-dstl:"
 """The first line of a move marker; Spark's error quotes the whole line."""
 TO_DSTL = "spark-to-dstl"  # in place: Spark's checkpoint becomes this backend's location
@@ -186,6 +187,20 @@ def write_marker(storage: RemoteFiles, batch_id: int, data: bytes) -> str:
     except ChangelogError as exc:
         raise MoveRecordError(f"cannot write the move marker {path!r}: {exc}") from exc
     return path
+
+
+def write_query_id(storage: RemoteFiles) -> None:
+    """Spark's `metadata` file (`{"id": <uuid>}`) at the location, unless one is there."""
+    import uuid
+
+    try:
+        storage.loop.run(storage.aput(SPARK_METADATA, json.dumps(
+            {"id": str(uuid.uuid4())}).encode()))
+    except UploadFailedError as exc:
+        if not isinstance(exc.__cause__, ObjectExistsError):
+            raise MoveRecordError(f"cannot write {SPARK_METADATA!r}: {exc}") from exc
+    except ChangelogError as exc:
+        raise MoveRecordError(f"cannot write {SPARK_METADATA!r}: {exc}") from exc
 
 
 # ---- who owns the location ----------------------------------------------------------------

@@ -62,6 +62,7 @@ TIMER = "__dstl_export_timer"  # a timer's expiry (epoch ms)
 WRITE_TIME = "__dstl_export_time"  # the processing time Spark writes a TTL'd record at
 RECORD_COLUMNS = (f"{VARIABLE} INT, {POSITION} INT, {VALUE} BINARY, {MAP_KEY} BINARY, "
                   f"{EXPIRY} LONG, {TIMER} LONG, {WRITE_TIME} LONG")
+RECORD_NAMES = (VARIABLE, POSITION, VALUE, MAP_KEY, EXPIRY, TIMER, WRITE_TIME)
 TIMER_RECORD = -1
 NO_STAGE = -1
 

@@ -54,11 +54,13 @@ from pyspark_dstl.spark.driver.ownership import (
     spark_logs,
     write_marker,
     write_move,
+    write_query_id,
 )
 from pyspark_dstl.spark.driver.rescale_query import KEY_TYPES
 from pyspark_dstl.spark.locations import default_engine_checkpoint, to_url
 from pyspark_dstl.spark.moves.export_records import (
     EXPIRY,
+    RECORD_NAMES,
     SOURCE_NAME,
     TIMER,
     TIMER_RECORD,
@@ -111,6 +113,7 @@ class ExportReport:
     spark_batches: int  # batches of Spark's operator that wrote them
     held_expiries: int  # TTL'd records that expire earlier in Spark (see export_records.py)
     entry: str  # the PySpark call the query makes
+    output_mode: str  # its outputMode argument
 
     def describe(self) -> str:
         held = (f"; {self.held_expiries} value(s) keep the last batch's processing time as "
@@ -121,8 +124,9 @@ class ExportReport:
                 f"and timers, {self.partitions} state partitions, key "
                 f"({', '.join(self.key_columns)}), time mode {self.time_mode}, written by "
                 f"{self.spark_batches} batch(es) of Spark's operator into "
-                f"{self.spark_checkpoint}; start the query with {self.entry} (switch "
-                f"uninstalled) on that checkpointLocation: its next batch is "
+                f"{self.spark_checkpoint}; start the query with {self.entry}(..., "
+                f"outputMode={self.output_mode!r}, ...) (switch uninstalled) on that "
+                f"checkpointLocation: its next batch is "
                 f"{self.batch_id + 1}{held}")
 
 
@@ -182,13 +186,14 @@ class Source:
 
 def export_state(spark: Any, checkpoint: str, spark_checkpoint: str, processor: Any, *,
                  name: str | None = None, conf: Mapping[str, Any] | None = None,
-                 engine_checkpoint: str | None = None, rows: bool | None = None
-                 ) -> ExportReport:
+                 engine_checkpoint: str | None = None, rows: bool | None = None,
+                 output_mode: str | None = None) -> ExportReport:
     """Write a Spark checkpoint at `spark_checkpoint` (a new directory) from which PySpark's
     own operator goes on with the location's next batch (module docstring). `processor`: the
     query's PySpark StatefulProcessor, an instance or "module:Class"; `rows`: the query calls
-    transformWithState (Rows) rather than transformWithStateInPandas (default: as the
-    location's commit entries record it)."""
+    transformWithState (Rows) rather than transformWithStateInPandas, `output_mode`: the
+    call's outputMode, "Append" or "Update" (both by default as the location's commit entries
+    record them: Spark refuses a checkpoint whose operator was called otherwise)."""
     processor = resolve_processor(processor)
     url = to_url(checkpoint)
     local_path(url, "checkpoint location", FIX)
@@ -203,7 +208,7 @@ def export_state(spark: Any, checkpoint: str, spark_checkpoint: str, processor: 
     lease = acquire(storage, settings.backend.fencing, purpose="export-state")
     try:
         source = _read_location(url, storage, settings, engine_checkpoint)
-        report = _export(spark, source, processor, target, rows, resumed)
+        report = _export(spark, source, processor, target, rows, output_mode, resumed)
     finally:
         lease.release("export-state finished")
     return report
@@ -293,11 +298,12 @@ def _declarations(processor: Any, source: Source) -> tuple[dict[str, Declared], 
 
 
 def _export(spark: Any, source: Source, processor: Any, target: Path, rows: bool | None,
-            resumed: MoveRecord | None) -> ExportReport:
+            output_mode: str | None, resumed: MoveRecord | None) -> ExportReport:
     from pyspark.sql import functions as F
 
     declared, book = _declarations(processor, source)
     entry_name = _entry(source, rows)
+    mode = _output_mode(source, output_mode)
     commit = source.entry.operators[source.operator]
     partitions = commit.num_partitions
     key_columns = tuple(str(c) for c in source.entry.extra.get("key_columns") or ())
@@ -350,9 +356,11 @@ def _export(spark: Any, source: Source, processor: Any, target: Path, rows: bool
         writer = StateWriter(processor, [(n, declared[n].kind) for n in names],
                              book.parsed, {n: declared[n].schema for n in names},
                              {n: declared[n].key_schema for n in names
-                              if declared[n].kind == "map"}, entry_name == ROWS_ENTRY)
-        _run_staging(spark, source, writer, entry_name, key_columns, partitions, staging,
-                     json.dumps(plan), stages, stage_times)
+                              if declared[n].kind == "map"}, entry_name == ROWS_ENTRY,
+                             [*key_columns, *RECORD_NAMES,
+                              *([EVENT_COLUMN] if source.time_mode == "event_time" else [])])
+        _run_staging(spark, source, writer, (entry_name, mode), key_columns, partitions,
+                     staging, json.dumps(plan), stages, stage_times)
         kill_point("export_state_staged")
         assembled.mkdir(parents=True)
         time_extra = source.time
@@ -373,7 +381,7 @@ def _export(spark: Any, source: Source, processor: Any, target: Path, rows: bool
                           partitions=partitions, key_columns=key_columns,
                           time_mode=source.time_mode, variables=tuple(names), records=records,
                           spark_batches=1 + len(stage_times), held_expiries=held,
-                          entry=entry_name)
+                          entry=entry_name, output_mode=mode)
     log.warning("checkpoint %s: state of batch %d exported to the Spark checkpoint %s; this "
                 "location is left behind (both engines refuse it): %s",
                 source.url, source.batch_id, target, report.describe())
@@ -390,6 +398,16 @@ def _entry(source: Source, rows: bool | None) -> str:
     if imported and "pandas" not in imported.lower():
         return ROWS_ENTRY
     return PANDAS_ENTRY
+
+
+def _output_mode(source: Source, given: str | None) -> str:
+    extra = source.entry.extra
+    word = (given or extra.get("pyspark_output_mode")
+            or (extra.get("imported") or {}).get("spark_output_mode") or "Update")
+    if str(word).strip().lower() not in ("append", "update"):
+        raise ExportStateError(f"outputMode {word!r}: give Append or Update, as the query's "
+                               f"transformWithState call does")
+    return "Append" if str(word).strip().lower() == "append" else "Update"
 
 
 def _stages(source: Source, times: list[int], first_timer: int | None, now_ms: int
@@ -413,7 +431,12 @@ def _stages(source: Source, times: list[int], first_timer: int | None, now_ms: i
 
 
 def _mark(source: Source, target: Path) -> None:
-    """Neither engine resumes the location from here on (driver/ownership.py)."""
+    """Neither engine resumes the location from here on (driver/ownership.py). A location
+    that never held Spark's own checkpoint also gets Spark's `metadata` file (a query id):
+    Spark then reads the marker and quotes it, where it would otherwise only say that the
+    file is missing."""
+    if not spark_logs(source.storage).present:
+        write_query_id(source.storage)
     logs = spark_logs(source.storage)
     numbered = (*logs.offsets, *logs.markers)
     at = max(numbered) + 1 if numbered else 0
@@ -450,7 +473,7 @@ def pyspark_method(grouped: Any, name: str) -> Any:
     return lambda *args, **kwargs: method(grouped, *args, **kwargs)
 
 
-def _run_staging(spark: Any, source: Source, writer: StateWriter, entry_name: str,
+def _run_staging(spark: Any, source: Source, writer: StateWriter, call: tuple[str, str],
                  key_columns: tuple[str, ...], partitions: int, staging: Path, plan: str,
                  stages: Mapping[str, int], stage_times: Mapping[int, int]) -> None:
     """Spark's operator writes the state: stage 0 as a new query, each later stage replayed
@@ -463,17 +486,20 @@ def _run_staging(spark: Any, source: Source, writer: StateWriter, entry_name: st
                     "false",
                 "spark.sql.streaming.stateStore.checkpointFormatVersion": "1"}
     options = {"stages": json.dumps(stages)}
+    entry_name, output_mode = call
 
     def run_once() -> None:
         df = (spark.readStream.format(SOURCE_NAME).option("path", source.url)
               .option("plan", plan).options(**options).load())
         if source.time_mode == "event_time":
-            df = df.withColumn(EVENT_COLUMN, F.lit(0).cast("timestamp")).withWatermark(
+            # one second after the epoch: Spark drops rows at or below the watermark (0 in
+            # the first batch); no timer is due that early
+            df = df.withColumn(EVENT_COLUMN, F.lit(1).cast("timestamp")).withWatermark(
                 EVENT_COLUMN, "0 seconds")
         method = pyspark_method(df.groupBy(*key_columns), entry_name)
-        out = method(statefulProcessor=writer, outputStructType=OUTPUT, outputMode="Update",
+        out = method(statefulProcessor=writer, outputStructType=OUTPUT, outputMode=output_mode,
                      timeMode=PYSPARK_WORDS.get(source.time_mode, "None"))
-        query = (out.writeStream.foreachBatch(_discard)
+        query = (out.writeStream.format("noop").outputMode("update")  # runs every task
                  .option("checkpointLocation", str(staging)).trigger(once=True).start())
         query.awaitTermination()
         if query.exception() is not None:
@@ -493,7 +519,3 @@ def _run_staging(spark: Any, source: Source, writer: StateWriter, entry_name: st
             if not (staging / "commits" / str(stage)).is_file():
                 raise ExportStateError(f"Spark's operator did not commit stage {stage} of the "
                                        f"export in {str(staging)!r}")
-
-
-def _discard(df: Any, batch_id: int) -> None:
-    """The export's query emits nothing; its sink has nothing to do."""

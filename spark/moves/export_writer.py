@@ -60,12 +60,13 @@ class CapturingHandle:
 class StateWriter(StatefulProcessor):
     """`variables`: (name, kind) in the order of the records' variable index; `schemas`: the
     parsed schemas of init()'s declarations (names as SchemaBook keeps them);
-    `key_schemas`: a map variable's user key schema, by name."""
+    `key_schemas`: a map variable's user key schema, by name; `columns`: the input's."""
 
     def __init__(self, processor: Any, variables: list[tuple[str, str]],
                  schemas: Mapping[str, str], value_schemas: Mapping[str, Any],
-                 key_schemas: Mapping[str, Any], rows: bool) -> None:
+                 key_schemas: Mapping[str, Any], rows: bool, columns: list[str]) -> None:
         self.processor = processor
+        self.columns = list(columns)  # the input's columns, in order
         self.variables = list(variables)
         self.schemas = dict(schemas)
         self.value_schemas = dict(value_schemas)
@@ -106,17 +107,20 @@ class StateWriter(StatefulProcessor):
         return iter(())
 
     def _records(self, rows: Any) -> Iterator[dict[str, Any]]:
-        """Rows (transformWithState) or pandas frames (transformWithStateInPandas) as dicts,
-        with pandas' missing numbers as None."""
+        """Rows (transformWithState) or pandas frames (transformWithStateInPandas) as dicts
+        of the input's columns, taken by position (PySpark may hand columns whose names start
+        with two underscores over as `_1`, `_2`, ...), pandas' missing numbers as None."""
+        names = self.columns
         if self.rows:
             for row in rows:
-                yield row.asDict()
+                yield dict(zip(names, tuple(row), strict=True))
             return
         import pandas as pd
 
         for frame in rows:
-            for record in frame.to_dict("records"):
-                yield {k: (None if _missing(v, pd) else v) for k, v in record.items()}
+            for values in frame.itertuples(index=False, name=None):
+                yield {k: (None if _missing(v, pd) else v)
+                       for k, v in zip(names, values, strict=True)}
 
     def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any
                            ) -> Iterator[Any]:

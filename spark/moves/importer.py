@@ -92,6 +92,7 @@ class SparkOperator:
     num_partitions: int
     time_mode: str  # this backend's spelling
     variables: tuple[SparkVariable, ...]
+    output_mode: str = "Update"  # the outputMode PySpark's call gave
 
 
 @dataclass(frozen=True)
@@ -162,7 +163,8 @@ def read_operator(spark: Any, checkpoint: SparkCheckpoint, batch_id: int) -> Spa
         variables.append(SparkVariable(name, KINDS[kind], bool(item.get("ttlEnabled"))))
     return SparkOperator(int(row["operatorId"]), str(row["operatorName"]),
                          int(row["numPartitions"]),
-                         _time_mode(properties.get("timeMode")), tuple(variables))
+                         _time_mode(properties.get("timeMode")), tuple(variables),
+                         str(properties.get("outputMode") or "Update"))
 
 
 def _time_mode(spark_word: Any) -> str:
@@ -519,6 +521,7 @@ def commit_import(spark: Any, prepared: PreparedImport, url: str, *, name: str |
     importer = ImportOperator(spec, settings, prepared.logs, operator.time_mode,
                               type(prepared.processor).__name__,
                               {"spark_operator": operator.name,
+                               "spark_output_mode": operator.output_mode,
                                "spark_checkpoint": prepared.source.url, **dict(imported or {})})
     result = importer.execute(prepared.records, prepared.logs.batch_id)
     try:
