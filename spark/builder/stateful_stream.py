@@ -189,12 +189,13 @@ class StatefulStream:
         return (self.operator.spec.time.tick_file is not None
                 and no_data_batches(self._df.sparkSession))
 
-    def check_location(self) -> None:
+    def check_location(self, engine: str | None = None) -> None:
         """Refuse a location another engine owns, or one holding Spark's own checkpoint and no
         state of this backend (driver/ownership.py), before anything is written."""
         pyspark = self.pyspark_processor()
         check_location(self.operator._storage(), self.operator.checkpoint,
-                       processor_name(pyspark) if pyspark is not None else None)
+                       processor_name(pyspark) if pyspark is not None else None,
+                       None if engine is None else to_url(engine))
 
     def run_batch(self, df: Any, batch_id: int) -> None:
         """The foreachBatch function; also usable directly on a batch DataFrame."""
@@ -222,11 +223,11 @@ class StatefulStream:
             raise ConfigError("start(): the input is a batch DataFrame, not a stream; read it "
                               "with spark.readStream, or run it as one batch with "
                               ".run_batch(df, batch_id)")
-        self.check_location()
-        register_state_reader(self._df.sparkSession)
         location = engine_checkpoint or self.operator.conf.query.engine_checkpoint_location
         if location is None:
             location = default_engine_checkpoint(self.operator.checkpoint)
+        self.check_location(location)
+        register_state_reader(self._df.sparkSession)
         source = self._df
         tick_file = self.operator.spec.time.tick_file
         if tick_file is not None and self.uses_ticks():

@@ -52,6 +52,7 @@ MARKER_PREFIX = "pyspark-dstl:"
 """The first line of a move marker; Spark's error quotes the whole line."""
 TO_DSTL = "spark-to-dstl"  # in place: Spark's checkpoint becomes this backend's location
 TO_SPARK = "dstl-to-spark"  # export-state: this backend's state goes to a Spark checkpoint
+IMPORTED = "imported"  # import-state took a Spark checkpoint's state to another location
 STARTED, DONE = "started", "done"
 SETTING = "spark.dstl.query.sparkCheckpoint"
 MIGRATE, REFUSE = "migrate", "refuse"
@@ -89,7 +90,8 @@ class MoveRecord:
                          int(data["created_ms"]), sequence)
         except (KeyError, TypeError, ValueError) as exc:
             raise MoveRecordError(f"move record {path!r} is malformed: {exc}") from exc
-        if record.kind not in (TO_DSTL, TO_SPARK) or record.phase not in (STARTED, DONE):
+        if record.kind not in (TO_DSTL, TO_SPARK, IMPORTED) or record.phase not in (STARTED,
+                                                                                DONE):
             raise MoveRecordError(f"move record {path!r}: unknown move {record.kind!r} / "
                                   f"{record.phase!r} (written by a newer release?)")
         return record
@@ -97,6 +99,9 @@ class MoveRecord:
     def describe(self) -> str:
         if self.kind == TO_DSTL:
             what = f"in-place move from Spark's operator after Spark's batch {self.batch_id}"
+        elif self.kind == IMPORTED:
+            what = (f"import-state from the Spark checkpoint {self.spark_checkpoint} after "
+                    f"Spark's batch {self.batch_id}")
         else:
             what = (f"export-state to the Spark checkpoint {self.spark_checkpoint} after "
                     f"batch {self.batch_id}")
@@ -142,6 +147,7 @@ class SparkLogs:
     offsets: tuple[int, ...] = ()
     commits: tuple[int, ...] = ()
     markers: tuple[int, ...] = ()
+    newest_marker: Mapping[str, Any] = field(default_factory=dict)  # its JSON line
 
     @property
     def present(self) -> bool:
@@ -159,9 +165,20 @@ def spark_logs(storage: RemoteFiles) -> SparkLogs:
     offsets = _numbered(storage, SPARK_OFFSETS)
     commits = _numbered(storage, SPARK_COMMITS)
     last = max(commits) if commits else -1
-    markers = tuple(b for b in offsets if b > last
-                    and is_marker(_get(storage, f"{SPARK_OFFSETS}/{b}")))
-    return SparkLogs(tuple(b for b in offsets if b not in markers), commits, markers)
+    found = {b: _get(storage, f"{SPARK_OFFSETS}/{b}") for b in offsets if b > last}
+    markers = tuple(b for b, data in found.items() if is_marker(data))
+    newest = marker_details(found[max(markers)]) if markers else {}
+    return SparkLogs(tuple(b for b in offsets if b not in markers), commits, markers, newest)
+
+
+def marker_details(data: bytes) -> dict[str, Any]:
+    """The JSON line of a marker ({} when it has none or it does not parse)."""
+    lines = data.decode("utf-8", "replace").splitlines()
+    try:
+        details = json.loads(lines[1]) if len(lines) > 1 else {}
+    except ValueError:
+        return {}
+    return details if isinstance(details, dict) else {}
 
 
 def is_marker(data: bytes) -> bool:
@@ -228,7 +245,15 @@ class LocationStatus:
         last = self.last_move
         if last is not None and last.kind == TO_DSTL:
             return last.phase == STARTED
-        return last is None and bool(self.spark.markers) and not self.has_state
+        return (last is None and bool(self.spark.markers) and not self.has_state
+                and self.imported_to is None)
+
+    @property
+    def imported_to(self) -> str | None:
+        """The location import-state took this Spark checkpoint's state to (its marker)."""
+        if self.moves or self.spark.newest_marker.get("move") != IMPORTED:
+            return None
+        return str(self.spark.newest_marker.get("location", "?"))
 
     @property
     def spark_only(self) -> bool:
@@ -242,10 +267,15 @@ def location_status(storage: RemoteFiles) -> LocationStatus:
                           CommitLog(storage).latest() is not None)
 
 
-def check_location(storage: RemoteFiles, location: str, processor: str | None) -> None:
+def check_location(storage: RemoteFiles, location: str, processor: str | None,
+                   engine: str | None = None) -> None:
     """Refuse a query of this backend on a location it does not own (module docstring).
-    `processor`: "module:Class" of the query's PySpark processor, for the commands shown."""
+    `processor`: "module:Class" of the query's PySpark processor, for the commands shown;
+    `engine`: the query's engine checkpoint (URL): when it is the location itself, Spark's
+    logs there are the query's own."""
     status = location_status(storage)
+    if engine is not None and engine.rstrip("/") == location.rstrip("/"):
+        status = LocationStatus(status.moves, SparkLogs(), status.has_state)
     shown, hint = display_location(location), processor_hint(processor)
     last = status.last_move
     if status.moved_to_spark and last is not None:
@@ -262,6 +292,12 @@ def check_location(storage: RemoteFiles, location: str, processor: str | None) -
             f"checkpoint {target!r}; start the query without pyspark_dstl.install() on "
             f"checkpointLocation {target!r} (to come back: python -m pyspark_dstl "
             f"import-state {target} {target} {hint})")
+    if status.imported_to is not None and not status.has_state:
+        target = status.imported_to
+        raise LocationMovedError(
+            f"checkpoint location {shown!r} is a Spark checkpoint whose state import-state "
+            f"took to {target!r} (after Spark's batch {max(status.spark.markers) - 1}): start "
+            f"the query on checkpointLocation {display_location(target)!r}")
     if status.moving_in:
         batch = last.batch_id if last is not None else max(status.spark.markers) - 1
         raise LocationMovedError(

@@ -5,9 +5,10 @@ the starting state of a location of this backend, and the query goes on from its
     pyspark_dstl.import_state(spark, spark_checkpoint, location, processor)
 
 Into a new location: the state is committed there (importer.py) and Spark's logs are copied to
-its engine checkpoint; the Spark checkpoint is only read. In place (the same location twice):
-the Spark checkpoint's location becomes this backend's (in_place.py), and Spark's own operator
-refuses it from then on.
+its engine checkpoint; the Spark checkpoint gets one file, a move marker (driver/ownership.py),
+so that neither engine resumes it and the query cannot fork. In place (the same location
+twice): the Spark checkpoint's location becomes this backend's (in_place.py), and Spark's own
+operator refuses it from then on.
 """
 
 from __future__ import annotations
@@ -17,6 +18,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from pyspark_dstl.core.errors import ConfigError
+from pyspark_dstl.spark.driver.ownership import (
+    DONE,
+    IMPORTED,
+    MoveRecord,
+    display_location,
+    marker_bytes,
+    write_marker,
+    write_move,
+)
 from pyspark_dstl.spark.locations import default_engine_checkpoint, to_url
 from pyspark_dstl.spark.moves.importer import (
     ImportReport,
@@ -25,7 +35,7 @@ from pyspark_dstl.spark.moves.importer import (
     read_operator,
     tick_offsets,
 )
-from pyspark_dstl.spark.moves.in_place import move_in_place, setup_for
+from pyspark_dstl.spark.moves.in_place import move_in_place, setup_for, setup_storage
 from pyspark_dstl.spark.moves.spark_checkpoint import (
     ImportStateError,
     IncompleteSparkCheckpointError,
@@ -122,14 +132,33 @@ def import_state(spark: Any, spark_checkpoint: str, checkpoint: str, processor: 
     source = SparkCheckpoint.open(spark_checkpoint)
     check_target(url, engine)
     prepared = prepare_import(spark, source, processor)
+    mark_source(spark, source, prepared.logs.batch_id, url, overrides)
     path, records = commit_import(spark, prepared, url, name=name, conf=conf)
     copy_engine_logs(source, local_path(engine, "engine checkpoint", TARGET_FIX),
                      tick_offsets(prepared.operator.time_mode))
     operator = prepared.operator
+    write_move(setup_storage(setup_for(url, engine, overrides, spark)), MoveRecord(
+        IMPORTED, DONE, prepared.logs.batch_id, source.url,
+        {"spark_operator": operator.name, "partitions": prepared.partitions}))
     return ImportReport(batch_id=prepared.logs.batch_id, partitions=prepared.partitions,
                         key_columns=prepared.key_columns, time_mode=operator.time_mode,
                         variables=tuple(v.name for v in operator.variables),
                         records=records, engine_checkpoint=engine, commit_path=path)
+
+
+def mark_source(spark: Any, source: SparkCheckpoint, batch_id: int, url: str,
+                overrides: Mapping[str, Any]) -> None:
+    """The Spark checkpoint left behind gets a move marker (driver/ownership.py): Spark's
+    operator refuses it from now on, naming the new location, so the query cannot fork; a
+    query of this backend started on it is refused too, naming the new location."""
+    setup = setup_for(source.url, source.url, overrides, spark)
+    storage = setup_storage(setup)
+    write_marker(storage, batch_id + 1, marker_bytes(
+        f"the state of this checkpoint was imported into {display_location(url)} by "
+        f"pyspark-dstl after Spark's batch {batch_id}; Spark's operator must not resume it: "
+        f"start the query with pyspark_dstl.install() and checkpointLocation "
+        f"{display_location(url)}", {"move": IMPORTED, "batch_id": batch_id,
+                                     "location": url}))
 
 
 def _time_mode_of_query(spark: Any, source: SparkCheckpoint) -> str:

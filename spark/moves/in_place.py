@@ -89,7 +89,7 @@ def move_in_place(spark: Any, processor: Any, setup: MoveSetup) -> ImportReport:
     docstring). `processor`: the query's PySpark StatefulProcessor instance."""
     root = local_path(setup.location, "checkpoint location", FIX)
     engine = local_path(setup.engine, "engine checkpoint", FIX)
-    storage = _storage(setup)
+    storage = setup_storage(setup)
     status = location_status(storage)
     if not (status.spark_only or status.moving_in):
         raise TargetNotEmptyError(
@@ -147,7 +147,7 @@ def settle_at_start(spark: Any, processor: Any, setup: MoveSetup) -> ImportRepor
     (driver/ownership.check_location)."""
     if setup.settings.query.spark_checkpoint != MIGRATE:
         return None
-    status = location_status(_storage(setup))
+    status = location_status(setup_storage(setup))
     if not (status.spark_only or status.moving_in):
         return None
     if processor is None:
@@ -168,7 +168,7 @@ def _check(setup: MoveSetup, status: LocationStatus, source: SparkCheckpoint,
             f"state/<operator id>/, so this backend's operator needs a name that is not a "
             f"number; set another {QUERY_PREFIX}operatorName")
     last = status.last_move
-    committed = CommitLog(_storage(setup)).latest()
+    committed = CommitLog(setup_storage(setup)).latest()
     if committed is not None and (committed[0] != batch
                                   or "imported" not in committed[1].extra):
         raise TargetNotEmptyError(
@@ -211,9 +211,11 @@ def _operator_name(setup: MoveSetup) -> str:
     return setup.settings.query.operator_name
 
 
-def _storage(setup: MoveSetup) -> Any:
+def setup_storage(setup: MoveSetup) -> Any:
+    """The location's storage, opened with the setup's settings."""
     backend = executor_stores().backend(setup.settings.backend_settings)
     return backend.context(to_url(setup.location)).storage
+
 
 
 def setup_for(location: str, engine: str, settings: DstlSettings | Mapping[str, Any] | None,

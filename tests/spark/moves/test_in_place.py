@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 import pyspark_dstl
-from pyspark_dstl import SparkCheckpointHereError
+from pyspark_dstl import LocationMovedError, SparkCheckpointHereError
 from pyspark_dstl.cli import main as cli_main
 from tests.support.compat_processors import RunningCountPandas
 from tests.support.compat_runs import input_stream, write_inputs
@@ -140,3 +140,24 @@ def test_sparks_operator_refuses_the_location_after_the_move_naming_it(
             "batch 1 (in-place move)") in message
     assert files_under(checkpoint) == before
     assert sink_log(tmp_path / "out") == ["0", "1"]
+
+
+def test_an_import_into_a_new_location_leaves_the_spark_checkpoint_to_no_engine(
+        spark: Any, tmp_path: Path) -> None:
+    write_inputs(tmp_path / "in", FRAMES[:2])
+    checkpoint, target = tmp_path / "ckpt", tmp_path / "dstl"
+    run_counts(spark, tmp_path / "in", checkpoint, tmp_path / "out", switch=False)
+    assert cli_main(["import-state", str(checkpoint), str(target), "--processor",
+                     "tests.support.compat_processors:RunningCountPandas"],
+                    out=io.StringIO()) == 0
+
+    with pytest.raises(Exception) as refused:  # Spark's operator, from its thread
+        run_counts(spark, tmp_path / "in", checkpoint, tmp_path / "out", switch=False)
+    assert f"the state of this checkpoint was imported into {target} by pyspark-dstl after " \
+        f"Spark's batch 1" in str(refused.value)
+    with pytest.raises(LocationMovedError) as here:
+        run_counts(spark, tmp_path / "in", checkpoint, tmp_path / "out", switch=True)
+    assert str(here.value).startswith(
+        f"checkpoint location {str(checkpoint)!r} is a Spark checkpoint whose state "
+        f"import-state took to {target.as_uri()!r} (after Spark's batch 1): start the query "
+        f"on checkpointLocation {str(target)!r}")
