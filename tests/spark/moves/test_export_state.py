@@ -21,9 +21,9 @@ import pytest
 import pyspark_dstl
 from pyspark_dstl import LocationMovedError, export_state, read_state
 from pyspark_dstl.cli import main as cli_main
-from tests.spark.moves.test_import_state import Journey, SessionRows, spark_state
 from tests.support.compat_processors import RunningCountPandas
 from tests.support.compat_runs import write_inputs
+from tests.support.move_processors import Journey, SessionRows, spark_state
 from tests.support.tws_compare import (
     COMPARE_SETTINGS,
     PYSPARK_STATE_SETTINGS,
