@@ -11,9 +11,11 @@ are left out: no batch after it can see them.
 Each TTL'd record carries the processing time Spark must write it at to keep its expiry:
 Spark computes a TTL expiry as the batch's processing time plus the variable's TTL, so a value
 that expires at E under a TTL of D is written in a batch whose processing time is E - D (the
-processing time of the batch that last wrote it here). A time past the last batch's (a TTL
-shortened since) is held to the last batch's: such a value expires earlier in Spark, and the
-export reports how many.
+processing time of the batch that last wrote it here). Two cases cannot keep E, both only
+after a TTL changed between runs, and the export reports how many records they touch: a time
+past the last batch's is held to the last batch's (the value expires earlier in Spark), and a
+list element is never written before the element ahead of it (Spark appends in batch order,
+so the element expires later in Spark).
 
 Batch read: every record (the export plans its batches from their times). Stream read: one
 micro-batch per stage of the export (offset `{"stage": n}`), the records of that stage only;
@@ -154,11 +156,22 @@ class StagePartition(ExportPartition):
         self.stage = stage
 
 
-def stage_of(write_time: int | None, is_timer: bool, stages: Mapping[int, int]) -> int:
+def write_time(expiry: int | None, ttl_ms: int | None, now_ms: int
+               ) -> tuple[bool, int | None]:
+    """(whether a value with this expiry is alive after the batch at `now_ms`, the processing
+    time Spark writes it at: its expiry less the TTL, held to `now_ms`; None without a TTL)."""
+    if expiry is None or ttl_ms is None:
+        return True, None
+    if expiry <= now_ms:
+        return False, None
+    return True, min(int(expiry) - int(ttl_ms), now_ms)
+
+
+def stage_of(at: int | None, is_timer: bool, stages: Mapping[int, int]) -> int:
     """The stage of a record: by its write time; timers at the timers' stage (key -1)."""
     if is_timer:
         return stages.get(TIMER_RECORD, 0)
-    return 0 if write_time is None else stages[write_time]
+    return 0 if at is None else stages[at]
 
 
 def records_of_store(url: str, plan: Mapping[str, Any], info_json: str,
@@ -181,17 +194,10 @@ def records_of_store(url: str, plan: Mapping[str, Any], info_json: str,
         return msgpack.packb(codecs[name](stored), use_bin_type=True)
 
     def timed(name: str, expiry: int | None) -> tuple[bool, int | None]:
-        """(alive after the batch, the write time of a TTL'd record)."""
-        ttl = variables[index[name]][2]
-        if expiry is None or ttl is None:
-            return True, None
-        if expiry <= now_ms:
-            return False, None
-        return True, min(int(expiry) - int(ttl), now_ms)
+        return write_time(expiry, variables[index[name]][2], now_ms)
 
-    def keep(row: tuple[Any, ...], write_time: int | None, is_timer: bool) -> bool:
-        return stage is None or stages is None or stage_of(write_time, is_timer,
-                                                           stages) == stage
+    def keep(at: int | None, is_timer: bool) -> bool:
+        return stage is None or stages is None or stage_of(at, is_timer, stages) == stage
 
     rows: list[tuple[Any, ...]] = []
     scratch = tempfile.mkdtemp(prefix="dstl-export-")
@@ -203,9 +209,9 @@ def records_of_store(url: str, plan: Mapping[str, Any], info_json: str,
                 for cf in store.column_families():
                     kind, _, name = cf.partition("/")
                     for key, raw in store.iterator(cf):
-                        for row, write_time, is_timer in _records(
+                        for row, at, is_timer in _records(
                                 kind, cf, name, key, raw, grouped, index, fields, timed):
-                            if keep(row, write_time, is_timer):
+                            if keep(at, is_timer):
                                 rows.append(row)
             finally:
                 store.abort()
@@ -227,11 +233,15 @@ def _records(kind: str, cf: str, name: str, key: bytes, raw: bytes, grouped: boo
             yield (*decode_key(key, name, grouped=grouped), index[name], None,
                    fields(name, stored), None, expiry, None, at), at, False
     elif kind == "list":
+        floor: int | None = None  # elements are appended in stage order: keep the list's
         for position, element in enumerate(iter_elements(raw, name)):
             expiry = element.expires_at_ms if isinstance(element, Expiring) else None
             stored = element.value if isinstance(element, Expiring) else element
             alive, at = timed(name, expiry)
             if alive:
+                if at is not None:
+                    at = at if floor is None else max(at, floor)
+                    floor = at
                 yield (*decode_key(key, name, grouped=grouped), index[name], position,
                        fields(name, stored), None, expiry, None, at), at, False
     elif kind == "map":

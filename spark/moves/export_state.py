@@ -111,13 +111,13 @@ class ExportReport:
     variables: tuple[str, ...]
     records: int  # values, list elements, map entries and timers written
     spark_batches: int  # batches of Spark's operator that wrote them
-    held_expiries: int  # TTL'd records that expire earlier in Spark (see export_records.py)
+    held_expiries: int  # TTL'd records whose expiry changes (see export_records.py)
     entry: str  # the PySpark call the query makes
     output_mode: str  # its outputMode argument
 
     def describe(self) -> str:
-        held = (f"; {self.held_expiries} value(s) keep the last batch's processing time as "
-                f"their write time (their TTL was longer when written)"
+        held = (f"; {self.held_expiries} value(s) get another TTL expiry in Spark (their "
+                f"variable's TTL changed since they were written)"
                 if self.held_expiries else "")
         return (f"exported batch {self.batch_id}: {self.records} record(s) of "
                 f"{len(self.variables)} state variable(s) ({', '.join(self.variables) or '-'}) "
@@ -337,7 +337,8 @@ def _export(spark: Any, source: Source, processor: Any, target: Path, rows: bool
                               ).otherwise(ttl_case)
     summary = reader().groupBy(WRITE_TIME).agg(
         F.count(F.lit(1)).alias("records"), F.min(TIMER).alias("first_timer"),
-        F.sum(F.when(F.col(EXPIRY) - ttl_case > now_ms, 1).otherwise(0)).alias("held")
+        F.sum(F.when(F.col(EXPIRY) - ttl_case != F.col(WRITE_TIME), 1).otherwise(0)
+              ).alias("held")
     ).collect()
     records = sum(int(row["records"]) for row in summary)
     held = sum(int(row["held"] or 0) for row in summary)

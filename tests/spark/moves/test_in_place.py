@@ -161,3 +161,7 @@ def test_an_import_into_a_new_location_leaves_the_spark_checkpoint_to_no_engine(
         f"checkpoint location {str(checkpoint)!r} is a Spark checkpoint whose state "
         f"import-state took to {target.as_uri()!r} (after Spark's batch 1): start the query "
         f"on checkpointLocation {str(target)!r}")
+    printed = io.StringIO()
+    assert cli_main(["inspect", str(target)], out=printed) == 0
+    assert (f"move: import-state from the Spark checkpoint {checkpoint.as_uri()} after Spark's "
+            f"batch 1 (done)") in printed.getvalue()
