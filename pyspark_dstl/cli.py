@@ -2,11 +2,15 @@
 a checkpoint location; `python -m pyspark_dstl rescale <checkpoint-url> --partitions N`
 redistributes a stopped query's state over N partitions (no pyspark needed);
 `python -m pyspark_dstl import-state <spark-checkpoint> <checkpoint>
---processor module:Class` brings a stopped PySpark query's state to a new checkpoint.
+--processor module:Class` brings a stopped PySpark query's state to a new checkpoint (or, given
+the same location twice, moves it in place); `python -m pyspark_dstl export-state <checkpoint>
+<spark-checkpoint> --processor module:Class` takes it back to a Spark checkpoint.
 
-Every command but import-state first checks that the checkpoint location exists and holds a
-checkpoint (exit status 2 if not): a mistyped URL must never read as "0 problems".
-import-state needs pyspark (the `spark` extra), which is imported only when that command runs.
+Every command but the moves first checks that the checkpoint location exists and holds a
+checkpoint (exit status 2 if not): a mistyped URL must never read as "0 problems". `inspect`
+shows the moves of a location; `rescale` and `takeover` refuse a location whose state moved
+back to Spark. The moves need pyspark (the `spark` extra), which is imported only when such
+a command runs.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from typing import TextIO
+from typing import Any, TextIO
 
 from pyspark_dstl.backend.backend_errors import BackendError
 from pyspark_dstl.backend.backend_settings import SETTINGS_PREFIX, FencingSettings
@@ -43,16 +47,27 @@ def build_parser() -> argparse.ArgumentParser:
                                                  "checkpoint location; import a stopped PySpark "
                                                  "query's state.")
     parser.add_argument("command", choices=("inspect", "verify", "cleanup", "takeover",
-                                            "report", "rescale", "import-state"))
+                                            "report", "rescale", "import-state",
+                                            "export-state"))
     parser.add_argument("url", help="checkpoint location, e.g. s3://bucket/query or file:///path "
                                     "(import-state: the stopped Spark query's checkpoint)")
     parser.add_argument("target", nargs="?",
-                        help="import-state: the new checkpoint of this backend (empty)")
-    parser.add_argument("--processor", help="import-state: the query's PySpark "
+                        help="import-state: the new checkpoint of this backend (empty; the "
+                             "Spark checkpoint itself moves it in place); export-state: the "
+                             "new Spark checkpoint (must not exist)")
+    parser.add_argument("--processor", help="import-state, export-state: the query's PySpark "
                                             "StatefulProcessor as module:Class")
-    parser.add_argument("--name", help="import-state: the operator name (as process(name=...))")
+    parser.add_argument("--name", help="import-state, export-state: the operator name (as "
+                                       "process(name=...))")
     parser.add_argument("--engine-checkpoint",
-                        help="import-state: where Spark's logs go (default <target>/engine)")
+                        help="import-state: where Spark's logs go (default <target>/engine); "
+                             "export-state: where they are (default <checkpoint>/engine)")
+    parser.add_argument("--rows", action="store_true",
+                        help="export-state: the query calls transformWithState (Rows), not "
+                             "transformWithStateInPandas (default: as the checkpoint records)")
+    parser.add_argument("--output-mode", choices=("Append", "Update"),
+                        help="export-state: the outputMode of the query's transformWithState "
+                             "call (default: as the checkpoint records)")
     parser.add_argument("--apply", action="store_true",
                         help="cleanup: really delete (the default is a dry run)")
     parser.add_argument("--retain", type=int, default=100,
@@ -111,8 +126,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Exit status: 0 fine, 1 problems found (verify, cleanup), 2 usage or access errors."""
     out = out or sys.stdout
     args = build_parser().parse_args(argv)
-    if args.command == "import-state":
-        return _import_state(args, out)
+    if args.command in ("import-state", "export-state"):
+        return _move(args, out)
     try:
         storage = ChangelogService(args.url, changelog_settings(args))
         fencing = fencing_settings(args)
@@ -132,10 +147,18 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
 def _run(args: argparse.Namespace, storage: ChangelogService, fencing: FencingSettings,
          out: TextIO) -> int:
     if args.command == "inspect":
-        report = inspect_checkpoint(storage)
-        print(json.dumps(report, indent=1) if args.json else format_inspection(report),
+        report = _with_moves(inspect_checkpoint(storage), storage)
+        text = format_inspection(report)
+        lines = [f"move: {move}" for move in report["moves"]]
+        if report["spark_stores"]:
+            lines.append(f"Spark's own state of the moved query, kept as Spark left it (not "
+                         f"this backend's): {', '.join(report['spark_stores'])}")
+        print(json.dumps(report, indent=1) if args.json
+              else "\n".join([*text.splitlines()[:1], *lines, *text.splitlines()[1:]]),
               file=out)
         return 0
+    if args.command in ("rescale", "takeover"):
+        _refuse_moved_location(args, storage)
     if args.command == "report":
         count = write_report(storage, args.url, args.output)
         print(f"wrote {args.output}: {count} batch(es)", file=out)
@@ -152,12 +175,40 @@ def _run(args: argparse.Namespace, storage: ChangelogService, fencing: FencingSe
     return 1 if cleanup.problems else 0
 
 
-def _import_state(args: argparse.Namespace, out: TextIO) -> int:
-    """Runs in a SparkSession of its own (or the running one): Spark's state reader does the
-    reading. pyspark is imported here only, so the other commands work without it."""
+def _with_moves(report: dict[str, Any], storage: ChangelogService) -> dict[str, Any]:
+    """The location's moves (driver/ownership.py); after a move from Spark, Spark's own stores
+    (its operator ids under state/) are listed apart from this backend's."""
+    from pyspark_dstl.spark.driver.ownership import TO_DSTL, read_moves
+
+    moves = read_moves(storage)
+    report["moves"] = [move.describe() for move in moves]
+    report["spark_stores"] = []
+    if any(move.kind == TO_DSTL for move in moves):
+        spark_ids = sorted(s for s in report["stores"] if s.split("/")[0].isdigit())
+        report["spark_stores"] = [f"state/{store_id}" for store_id in spark_ids]
+        for store_id in spark_ids:
+            report["stores"].pop(store_id)
+    return report
+
+
+def _refuse_moved_location(args: argparse.Namespace, storage: ChangelogService) -> None:
+    from pyspark_dstl.spark.driver.ownership import TO_SPARK, read_moves
+
+    moves = read_moves(storage)
+    if moves and moves[-1].kind == TO_SPARK:
+        raise ConfigError(f"{args.command} {args.url}: the location's state moved back to "
+                          f"Spark's operator ({moves[-1].describe()}); it is left behind and "
+                          f"no longer changed")
+
+
+def _move(args: argparse.Namespace, out: TextIO) -> int:
+    """import-state and export-state run in a SparkSession of their own (or the running one):
+    Spark's own readers and operator do the reading and writing. pyspark is imported here
+    only, so the other commands work without it."""
     if not args.target or not args.processor:
-        print("error: import-state needs <spark-checkpoint> <checkpoint> --processor "
-              "module:Class", file=sys.stderr)
+        what = ("<spark-checkpoint> <checkpoint>" if args.command == "import-state"
+                else "<checkpoint> <spark-checkpoint>")
+        print(f"error: {args.command} needs {what} --processor module:Class", file=sys.stderr)
         return 2
     settings: dict[str, str] = {}
     for item in args.conf:
@@ -169,15 +220,24 @@ def _import_state(args: argparse.Namespace, out: TextIO) -> int:
     try:
         from pyspark.sql import SparkSession
 
+        from pyspark_dstl.spark.moves.export_state import export_state
         from pyspark_dstl.spark.moves.import_state import import_state
     except ImportError as exc:
-        print(f"error: import-state needs pyspark (pip install 'pyspark-dstl[spark]'): {exc}",
-              file=sys.stderr)
+        print(f"error: {args.command} needs pyspark (pip install 'pyspark-dstl[spark]'): "
+              f"{exc}", file=sys.stderr)
         return 2
-    spark = SparkSession.builder.appName("pyspark-dstl import-state").getOrCreate()
+    spark = SparkSession.builder.appName(f"pyspark-dstl {args.command}").getOrCreate()
     try:
-        report = import_state(spark, args.url, args.target, args.processor, name=args.name,
-                              settings=settings, engine_checkpoint=args.engine_checkpoint)
+        if args.command == "import-state":
+            report: Any = import_state(spark, args.url, args.target, args.processor,
+                                       name=args.name, settings=settings,
+                                       engine_checkpoint=args.engine_checkpoint)
+        else:
+            report = export_state(spark, args.url, args.target, args.processor,
+                                  name=args.name, settings=settings,
+                                  engine_checkpoint=args.engine_checkpoint,
+                                  rows=True if args.rows else None,
+                                  output_mode=args.output_mode)
     except DstlError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

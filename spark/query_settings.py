@@ -30,6 +30,7 @@ from pyspark_dstl.core.units import MIB
 QUERY_SECTION = "query."
 QUERY_PREFIX = SETTINGS_PREFIX + QUERY_SECTION
 OUTPUT_MODES = ("collect", "files", "cache")
+SPARK_CHECKPOINT_CHOICES = ("refuse", "migrate")
 PLAIN_NAME = Rule("be a non-empty name without '/' or '..'",
                   lambda name: "/" not in name and ".." not in name)
 
@@ -70,6 +71,14 @@ class QuerySettings(Settings):
         "it with its meta row instead of writing a file, which saves small batches a Spark "
         "job; the driver receives at most partitions x this per batch. `0` writes every "
         "output to a file.", at_least=0)
+    spark_checkpoint: str = setting(
+        "sparkCheckpoint", WORD, "refuse",
+        "What a query on the switch does when its checkpoint location holds Spark's own "
+        "streaming checkpoint and no state of this backend: `refuse` (before anything is "
+        "written, with the command that moves the state) or `migrate` (move the state in "
+        "place when the query starts, as `import-state <location> <location>` does; Spark's "
+        "own operator then refuses the location). docs/migration.md, the runbook.",
+        choices=SPARK_CHECKPOINT_CHOICES)
     cleanup_interval: int = setting(
         "cleanupInterval", INT, 10,
         "Run retention cleanup on the driver every N batches (between batches); `0` switches "

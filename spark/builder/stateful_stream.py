@@ -13,6 +13,7 @@ from pyspark_dstl.core.errors import ConfigError
 from pyspark_dstl.spark.builder.started_query import StatefulQuery
 from pyspark_dstl.spark.driver import query_lease as fencing
 from pyspark_dstl.spark.driver.operator import BatchProgress, OperatorSpec, StatefulOperator
+from pyspark_dstl.spark.driver.ownership import check_location, processor_name
 from pyspark_dstl.spark.driver.progress import log_batch, with_state_progress
 from pyspark_dstl.spark.driver.state_schemas import settle_operator
 from pyspark_dstl.spark.locations import default_engine_checkpoint, to_url
@@ -181,6 +182,25 @@ class StatefulStream:
         self._on_progress = callback
         return self
 
+    def pyspark_processor(self) -> Any:
+        """The PySpark StatefulProcessor the step runs (transformWithState...), else None."""
+        return getattr(self.operator.spec.processor, "processor", None) if hasattr(
+            self.operator.spec.processor, "entry") else None
+
+    def uses_ticks(self) -> bool:
+        """Whether the query reads the tick source beside its input (one source more in its
+        engine checkpoint's offset log)."""
+        return (self.operator.spec.time.tick_file is not None
+                and no_data_batches(self._df.sparkSession))
+
+    def check_location(self, engine: str | None = None) -> None:
+        """Refuse a location another engine owns, or one holding Spark's own checkpoint and no
+        state of this backend (driver/ownership.py), before anything is written."""
+        pyspark = self.pyspark_processor()
+        check_location(self.operator._storage(), self.operator.location,
+                       processor_name(pyspark) if pyspark is not None else None,
+                       None if engine is None else to_url(engine))
+
     def run_batch(self, df: Any, batch_id: int) -> None:
         """The foreachBatch function; also usable directly on a batch DataFrame."""
         progress = self.operator.process_batch(df, batch_id, self._sink)
@@ -207,13 +227,14 @@ class StatefulStream:
             raise ConfigError("start(): the input is a batch DataFrame, not a stream; read it "
                               "with spark.readStream, or run it as one batch with "
                               ".run_batch(df, batch_id)")
-        register_state_reader(self._df.sparkSession)
         engine = engine_checkpoint or self.operator.settings.query.engine_checkpoint_location
         if engine is None:
             engine = default_engine_checkpoint(self.operator.location)
+        self.check_location(engine)
+        register_state_reader(self._df.sparkSession)
         source = self._df
         tick_file = self.operator.spec.time.tick_file
-        if tick_file is not None and no_data_batches(source.sparkSession):
+        if tick_file is not None and self.uses_ticks():
             if not python_sources_allowed(source.sparkSession, "timers"):
                 raise ConfigError(
                     f"{ARROW_RECORDS}: timers reach this backend through a Python data "

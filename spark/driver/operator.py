@@ -464,6 +464,7 @@ class StatefulOperator:
                    **layout_extra(result.key_groups),
                    **({RESCALE: result.base.rescale} if result.base.rescale else {}),
                    "processor": type(self.spec.processor).__name__,
+                   **_pyspark_entry(self.spec.processor),
                    "output_schema": self.spec.output_schema.json(),
                    "metrics": self.metrics_of(result), "stage_seconds": result.seconds,
                    **self._time_extra(result), **state_schemas.commit_extra(self)})
@@ -553,6 +554,17 @@ class StatefulOperator:
             cleanup_deleted_files=deleted,
             watermark_ms=result.clock.watermark_ms if result.clock is not None else -1,
             driver_bytes=result.driver_bytes)
+
+
+def _pyspark_entry(processor: Any) -> dict[str, str]:
+    """Which PySpark call runs a PySpark processor (transformWithStateInPandas or
+    transformWithState) and its outputMode: export-state makes Spark's operator the same
+    call (Spark refuses a checkpoint whose operator had another outputMode)."""
+    entry = getattr(processor, "entry", None)
+    if not isinstance(entry, str):
+        return {}
+    return {"pyspark_entry": entry,
+            "pyspark_output_mode": str(getattr(processor, "output_mode", "Update"))}
 
 
 @dataclass

@@ -92,6 +92,7 @@ def plan_transform(df: Any, key_columns: Sequence[str], processor: Any, output_s
     schemas, variables = declared_schemas(processor, mode, entry)
     declarations = Declarations(_grouping_key_schema(df, key_columns), variables)
     adapter = PySparkProcessorAdapter(processor, shape, schemas, entry, declarations)
+    adapter.output_mode = "Append" if output_mode.strip().lower() == "append" else "Update"
     return CompatPlan(adapter, struct, mode, initial)
 
 
@@ -218,6 +219,7 @@ class PySparkProcessorAdapter(StatefulProcessor):
         self.shape = shape
         self.schemas = schemas
         self.entry = entry
+        self.output_mode = "Update"  # PySpark's outputMode argument (export-state repeats it)
         self.display_name = type(processor).__name__
         self.declarations = declarations
         # the checkpoint's state schemas, settled by the driver when the query starts

@@ -253,6 +253,8 @@ class StatefulStreamWriter:
         def write(output: Any, batch_id: int) -> None:
             sink(frame.apply_steps(output), batch_id)
 
+        _settle_location(stream, engine)
+
         return stream.foreach_batch(write).start(
             trigger=self._trigger or None, engine_checkpoint=engine, query_name=self._name)
 
@@ -278,6 +280,18 @@ class StatefulStreamWriter:
         if "://" not in location:
             engine = os.path.join(os.path.abspath(os.path.expanduser(location)), "engine")
         return state, engine
+
+
+def _settle_location(stream: Any, engine: str) -> None:
+    """spark.dstl.query.sparkCheckpoint=migrate: Spark's own checkpoint at the location (or an
+    interrupted move of it) is moved in place before the query starts (moves/in_place.py);
+    any other location the query does not own is refused by the start's own check."""
+    from pyspark_dstl.spark.moves.importer import TICK_OFFSET
+    from pyspark_dstl.spark.moves.in_place import MoveSetup, settle_at_start
+
+    setup = MoveSetup(stream.operator.checkpoint, engine, stream.operator.conf,
+                      (TICK_OFFSET,) if stream.uses_ticks() else ())
+    settle_at_start(stream._df.sparkSession, stream.pyspark_processor(), setup)
 
 
 def _session_conf(spark: Any, key: str) -> str | None:
