@@ -45,7 +45,10 @@ class QuerySettings(Settings):
         "Checkpoint root (a path, `file://`, `s3://` or any fsspec URL) when "
         "`process(..., checkpoint=...)` does not give one.")
     engine_checkpoint_location: str | None = setting(
-        "engineCheckpointLocation", TEXT, None, "Where Spark's own offsets and commits go.",
+        "engineCheckpointLocation", TEXT, None,
+        "Where Spark's own offsets and commits go (the engine checkpoint, written by Spark "
+        "through Hadoop), for the builder and the switch alike; a checkpoint location that is "
+        "not local (`s3://`, `s3a://`) needs it: a start without it is refused.",
         shown_default="`<checkpoint>/engine` for local checkpoints")
     partitions: int | None = setting(
         "partitions", INT, None,

@@ -206,7 +206,8 @@ class StatefulStream:
         register_state_reader(self._df.sparkSession)
         location = engine_checkpoint or self.operator.conf.query.engine_checkpoint_location
         if location is None:
-            location = default_engine_checkpoint(self.operator.checkpoint)
+            location = default_engine_checkpoint(self.operator.checkpoint,
+                                                 also=" or start(engine_checkpoint=...)")
         source = self._df
         tick_file = self.operator.spec.time.tick_file
         if tick_file is not None and no_data_batches(source.sparkSession):
