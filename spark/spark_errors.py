@@ -61,3 +61,13 @@ class StateSchemaError(DstlSparkError, ValueError):
     narrowed or changed type, a changed key schema, state kind or TTL kind), or a schema
     record is missing or damaged; raised on the driver before any batch, naming the state
     variable, the field, the old and the new type, and what to do."""
+
+
+class PySparkVersionError(DstlSparkError):
+    """A feature the installed PySpark (or the Spark behind a Connect session) does not have;
+    names the feature, the version, the first version that has it and what to use instead."""
+
+
+class PySparkVersionAttributeError(PySparkVersionError, AttributeError):
+    """A PySpark method the installed version lacks, asked for with the switch installed (an
+    AttributeError still, so `hasattr` answers as PySpark would)."""

@@ -252,6 +252,7 @@ class StatefulStreamWriter:
         stream = GroupedStateful(call.source, call.key_columns).process(
             plan.processor, plan.output_schema, checkpoint=checkpoint, time_mode=plan.time_mode,
             initial_state=plan.initial_state, partitions=int(shuffle) if shuffle else None)
+        stream.check_trigger(self._trigger or None)  # before the location is touched
 
         def write(output: Any, batch_id: int) -> None:
             sink(frame.apply_steps(output), batch_id)

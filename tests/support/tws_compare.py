@@ -386,7 +386,8 @@ def cluster_driver(master: str, scenario_name: str, work_dir: str, local_dir: st
     spark = cluster_session(master, "dstl-tws-cluster-test", local_dir)
 
     def executors() -> int:  # the driver is listed too
-        return len(spark.sparkContext.statusTracker().getExecutorInfos()) - 1
+        # the JVM's tracker: PySpark's StatusTracker.getExecutorInfos is 4.2+
+        return len(spark.sparkContext._jsc.sc().statusTracker().getExecutorInfos()) - 1
 
     def show(batch_id: int, rows: Rows) -> None:
         print(f"batch {batch_id} {json.dumps(rows)}", flush=True)
