@@ -4,6 +4,7 @@ tier (scripts/run_version_tier.sh) runs this file on PySpark 4.0, 4.1 and 4.2 as
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -140,3 +141,15 @@ def test_the_builder_runs_a_row_processor_on_every_version(spark: Any, tmp_path:
      .start(trigger={"availableNow": True}).awaitTermination())
     assert outputs == BOTH_BATCHES
 
+
+
+@pytest.mark.spark
+def test_python_workers_import_the_pyspark_of_the_driver(spark: Any) -> None:
+    def worker_version(_: Any) -> str:
+        import pyspark
+
+        return str(pyspark.__version__)
+
+    workers = spark.sparkContext.parallelize(range(2), 2).map(worker_version).collect()
+    assert workers == [VERSION, VERSION]
+    assert os.environ.get("DSTL_TIER_PYSPARK", VERSION) == VERSION  # the tier's own version

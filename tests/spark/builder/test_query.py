@@ -102,6 +102,7 @@ def test_stage_run_twice_gives_two_unique_ids_for_one_version(spark: Any,
     assert stored_counts(spark, str(tmp_path / "ckpt")) == count_model(frames)
 
 
+@pytest.mark.version
 def test_restart_continues_from_the_checkpoint(spark: Any, tmp_path: Path) -> None:
     frames = make_batches(8, rows=300, keys=100, seed=5)
     write_batches(tmp_path / "in", frames[:4])
@@ -191,6 +192,7 @@ def test_grouping_key_of_an_unsupported_type_is_refused(spark: Any) -> None:
         stateful(df).group_by("t")
 
 
+@pytest.mark.version
 def test_state_reader_returns_the_model_state_of_any_retained_batch(spark: Any,
                                                                      tmp_path: Path) -> None:
     frames = make_batches(3, rows=200, keys=50, seed=9)

@@ -17,7 +17,7 @@ from pyspark_dstl import DstlError
 from tests.support.compat_processors import RunningCountPandas
 from tests.support.compat_runs import input_stream, write_inputs
 
-pytestmark = [pytest.mark.spark, pytest.mark.version]
+pytestmark = pytest.mark.spark
 
 USERS = "user string, page string"
 COUNTS = "user string, count long"
@@ -65,6 +65,7 @@ def run_to_the_end(writer: Any, *path: str) -> None:
         query.stop()
 
 
+@pytest.mark.version
 def test_the_parquet_sink_on_an_s3_location_keeps_state_on_s3_and_continues_after_a_restart(
         s3_session: Any, s3: Any, tmp_path: Path) -> None:
     s3_session.conf.set(ENGINE_SETTING, str(tmp_path / "engine"))

@@ -13,8 +13,9 @@ import pyspark_dstl
 from pyspark_dstl import DropInUsageError, DstlError, StatefulDataFrame
 from tests.support.compat_processors import RunningCountPandas, RunningCountRows
 from tests.support.compat_runs import input_stream, write_inputs
+from tests.support.versions import needs_row_api
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.version]
 
 USERS = "user string, page string"
 COUNTS = "user string, count long"
@@ -33,6 +34,7 @@ def test_install_routes_a_streaming_transform_with_state_in_pandas_here(
     assert counts.isStreaming and counts.columns == ["user", "count"]
 
 
+@needs_row_api
 def test_install_routes_the_row_based_transform_with_state_here(dropin: Any,
                                                                 tmp_path: Path) -> None:
     counts = users_stream(dropin, tmp_path / "in").groupBy("user").transformWithState(
