@@ -4,7 +4,8 @@
 # one of .venv, which the whole suite runs. Each version is installed once per machine, alone
 # (pip --no-deps: every other package is .venv's), into a cache directory outside the checkout,
 # and run with .venv's Python and that directory first on PYTHONPATH; Spark's Python workers get
-# the same interpreter and path (PYSPARK_PYTHON, the environment), which a test checks.
+# the same interpreter and path (PYSPARK_PYTHON, the environment), which a test checks. The
+# versions run side by side; each one's output is printed when all are done.
 #   bash scripts/run_version_tier.sh                 # 4.0.5, 4.1.4 and 4.2.1
 #   DSTL_TIER_VERSIONS=4.0.5 bash scripts/run_version_tier.sh -x   # one version, pytest options
 set -euo pipefail
@@ -24,7 +25,7 @@ install_pyspark() {  # $1: version; a finished install is renamed into place, ne
     "$PYTHON" -m pip install --quiet --no-deps --no-cache-dir --target "$partial" \
         --config-settings=--build-option=--compression=stored "pyspark==$version" \
         2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
-    mv "$partial" "$target"
+    mv -T "$partial" "$target" 2>/dev/null || rm -rf "$partial"  # another run was first
 }
 
 started=$(date +%s)
@@ -35,16 +36,38 @@ done
 for pid in "${pids[@]}"; do wait "$pid"; done
 echo "version tier: PySpark $VERSIONS installed in $(( $(date +%s) - started )) s ($CACHE)"
 
-for version in $VERSIONS; do
+run_version() {  # $1: version; the rest: pytest options
+    local version="$1"; shift
+    local found
     found=$(PYTHONPATH="$CACHE/$version" "$PYTHON" -c "import pyspark; print(pyspark.__version__)")
     if [ "$found" != "$version" ]; then
-        echo "version tier: PYTHONPATH=$CACHE/$version imports PySpark $found, not $version" >&2
-        exit 1
+        echo "PYTHONPATH=$CACHE/$version imports PySpark $found, not $version"
+        return 1
     fi
-    echo "version tier: PySpark $version"
-    version_started=$(date +%s)
+    local version_started; version_started=$(date +%s)
     PYTHONPATH="$CACHE/$version" PYSPARK_PYTHON="$PYTHON" DSTL_TIER_PYSPARK="$version" \
-        "$PYTHON" -m pytest -q -p no:cacheprovider -m version -n 0 --durations=5 "$@"
+        "$PYTHON" -m pytest -q -p no:cacheprovider -m version -n 0 -rs --durations=10 \
+        --basetemp="$LOGS/tmp-$version" "$@" || return 1
     echo "version tier: PySpark $version passed in $(( $(date +%s) - version_started )) s"
+}
+
+# the versions run side by side, one pytest process (one SparkSession) each: a Spark test waits
+# on processes, triggers and files much of the time, so the runs overlap well even on 2 cores
+LOGS=$(mktemp -d "${TMPDIR:-/tmp}/dstl-version-tier-XXXXXX")
+tier_started=$(date +%s)
+declare -A runs
+for version in $VERSIONS; do
+    run_version "$version" "$@" > "$LOGS/$version.log" 2>&1 & runs[$version]=$!
 done
-echo "version tier: done in $(( $(date +%s) - started )) s"
+failed=""
+for version in $VERSIONS; do
+    wait "${runs[$version]}" || failed="$failed $version"
+    echo "=== version tier: PySpark $version ==="
+    cat "$LOGS/$version.log"
+done
+echo "version tier: tests in $(( $(date +%s) - tier_started )) s, all in $(( $(date +%s) - started )) s"
+if [ -n "$failed" ]; then
+    echo "version tier: FAILED on PySpark$failed" >&2
+    exit 1
+fi
+rm -rf "$LOGS"

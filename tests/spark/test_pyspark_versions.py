@@ -104,22 +104,6 @@ def test_available_now_with_timers_is_refused_on_the_builder_before_anything_is_
 
 
 @pytest.mark.spark
-def test_a_processing_time_trigger_runs_timers_on_every_version(spark: Any,
-                                                                tmp_path: Path) -> None:
-    outputs: dict[int, Any] = {}
-    query = (stateful(users(spark, tmp_path / "in")).group_by("user")
-             .process(CountProcessor(), COUNTS, checkpoint=str(tmp_path / "ckpt"),
-                      time_mode="processing_time")
-             .foreach_batch(keeping_sink(outputs))
-             .start(trigger={"processingTime": "0 seconds"}))
-    try:
-        query.processAllAvailable()
-    finally:
-        query.stop()
-    assert outputs == BOTH_BATCHES
-
-
-@pytest.mark.spark
 @pytest.mark.skipif(ROW_API, reason="PySpark 4.1+ has the Row API (tests/spark/switch)")
 def test_the_row_api_a_pyspark_lacks_is_refused_by_name_with_the_switch_on(
         dropin: Any, tmp_path: Path) -> None:

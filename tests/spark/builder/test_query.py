@@ -102,7 +102,6 @@ def test_stage_run_twice_gives_two_unique_ids_for_one_version(spark: Any,
     assert stored_counts(spark, str(tmp_path / "ckpt")) == count_model(frames)
 
 
-@pytest.mark.version
 def test_restart_continues_from_the_checkpoint(spark: Any, tmp_path: Path) -> None:
     frames = make_batches(8, rows=300, keys=100, seed=5)
     write_batches(tmp_path / "in", frames[:4])

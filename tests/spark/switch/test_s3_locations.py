@@ -65,7 +65,6 @@ def run_to_the_end(writer: Any, *path: str) -> None:
         query.stop()
 
 
-@pytest.mark.version
 def test_the_parquet_sink_on_an_s3_location_keeps_state_on_s3_and_continues_after_a_restart(
         s3_session: Any, s3: Any, tmp_path: Path) -> None:
     s3_session.conf.set(ENGINE_SETTING, str(tmp_path / "engine"))

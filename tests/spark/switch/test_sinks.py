@@ -37,7 +37,6 @@ def rows_of(df: Any) -> list[tuple[Any, ...]]:
     return sorted(tuple(row) for row in df.collect())
 
 
-@pytest.mark.version
 def test_the_handle_is_sparks_streaming_query_listed_as_active(dropin: Any,
                                                                 tmp_path: Path) -> None:
     query = (counts_over(dropin, tmp_path / "in", FIRST).writeStream.queryName("handle_probe")
