@@ -4,8 +4,7 @@
 # one of .venv, which the whole suite runs. Each version is installed once per machine, alone
 # (pip --no-deps: every other package is .venv's), into a cache directory outside the checkout,
 # and run with .venv's Python and that directory first on PYTHONPATH; Spark's Python workers get
-# the same interpreter and path (PYSPARK_PYTHON, the environment), which a test checks. The
-# versions run side by side; each one's output is printed when all are done.
+# the same interpreter and path (PYSPARK_PYTHON, the environment), which a test checks.
 #   bash scripts/run_version_tier.sh                 # 4.0.5, 4.1.4 and 4.2.1
 #   DSTL_TIER_VERSIONS=4.0.5 bash scripts/run_version_tier.sh -x   # one version, pytest options
 set -euo pipefail
@@ -51,23 +50,18 @@ run_version() {  # $1: version; the rest: pytest options
     echo "version tier: PySpark $version passed in $(( $(date +%s) - version_started )) s"
 }
 
-# the versions run side by side, one pytest process (one SparkSession) each: a Spark test waits
-# on processes, triggers and files much of the time, so the runs overlap well even on 2 cores
+# one version after the other, one pytest process (one SparkSession) each: side by side, on a
+# busy 2-core machine Spark's Python workers missed its 10 s to connect back
 LOGS=$(mktemp -d "${TMPDIR:-/tmp}/dstl-version-tier-XXXXXX")
 tier_started=$(date +%s)
-declare -A runs
-for version in $VERSIONS; do
-    run_version "$version" "$@" > "$LOGS/$version.log" 2>&1 & runs[$version]=$!
-done
 failed=""
 for version in $VERSIONS; do
-    wait "${runs[$version]}" || failed="$failed $version"
     echo "=== version tier: PySpark $version ==="
-    cat "$LOGS/$version.log"
+    run_version "$version" "$@" || failed="$failed $version"
 done
 echo "version tier: tests in $(( $(date +%s) - tier_started )) s, all in $(( $(date +%s) - started )) s"
+rm -rf "$LOGS"
 if [ -n "$failed" ]; then
     echo "version tier: FAILED on PySpark$failed" >&2
     exit 1
 fi
-rm -rf "$LOGS"
