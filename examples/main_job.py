@@ -11,7 +11,9 @@ arrive minutes late; rows at or before the watermark are dropped and counted, as
 Every batch prints its results, the watermark it used, the late rows it dropped, the timers it
 fired and the checkpoint statistics. After the last file, one more batch without input (asked
 for by the tick source) fires the timers the final watermark makes due, and the query stops by
-itself. At the end the job checks itself:
+itself (trigger availableNow; before PySpark 4.2, which runs no batch without input under
+availableNow, a processingTime trigger, processAllAvailable() and stop() do the same). At
+the end the job checks itself:
 - no session stays open past the watermark: every open session (read back from the checkpoint
   with the "dstl-state" data source) ends less than a gap before the final watermark, and has
   its timer at end + gap;
@@ -50,6 +52,7 @@ from pyspark_dstl.spark import (
     read_state,
     stateful,
 )
+from pyspark_dstl.spark.pyspark_versions import python_sources_run_available_now
 
 INPUT_SCHEMA = "user string, page string, ts timestamp"
 OUTPUT_SCHEMA = ("user string, session_start timestamp, session_end timestamp, events long, "
@@ -283,8 +286,14 @@ def run(args: argparse.Namespace, checkpoint: str, settings: dict[str, str],
     print(f"sessions end after {args.gap} s without events (event time); watermark delay "
           f"{delay}\n")
     started = time.monotonic()
-    query = stream.start(trigger={"availableNow": True}, engine_checkpoint=engine_checkpoint)
-    query.awaitTermination()
+    if python_sources_run_available_now(spark):
+        query = stream.start(trigger={"availableNow": True}, engine_checkpoint=engine_checkpoint)
+        query.awaitTermination()
+    else:  # PySpark 4.0, 4.1: the same batches, then stopped here
+        query = stream.start(trigger={"processingTime": "0 seconds"},
+                             engine_checkpoint=engine_checkpoint)
+        query.processAllAvailable()
+        query.stop()
     if stream.progress:
         summarize(stream.progress, time.monotonic() - started, generated.events)
     else:  # Spark Connect: foreachBatch, hence BatchProgress, lives in the server's process

@@ -7,8 +7,9 @@ or filter them from one place.
 
     from pyspark_dstl import StatefulProcessor, stateful
 
-`DefaultSource` is the state reader: PySpark 4.3 registers the `DefaultSource` of installed
-top-level packages named `pyspark_*`, so `spark.read.format("dstl-state")` works by name.
+`DefaultSource` is the state reader: every supported PySpark registers the `DefaultSource` of
+installed top-level packages named `pyspark_*`, so `spark.read.format("dstl-state")` works by
+name.
 """
 
 from __future__ import annotations
@@ -75,6 +76,8 @@ _LAZY_NAMES = {
     "ProcessorMismatchError": "pyspark_dstl.spark.moves.spark_checkpoint",
     "PROGRESS_JSON_LOGGER": "pyspark_dstl.spark",
     "PROGRESS_LOGGER": "pyspark_dstl.spark",
+    "PySparkVersionAttributeError": "pyspark_dstl.spark.spark_errors",
+    "PySparkVersionError": "pyspark_dstl.spark.spark_errors",
     "ProviderError": "pyspark_dstl.backend.backend_errors",
     "read_state": "pyspark_dstl.spark",
     "register_state_reader": "pyspark_dstl.spark",

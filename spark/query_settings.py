@@ -47,7 +47,9 @@ class QuerySettings(Settings):
         "`process(..., checkpoint_location=...)` does not give one.")
     engine_checkpoint_location: str | None = setting(
         "engineCheckpointLocation", TEXT, None,
-        "Where the engine checkpoint goes: Spark's own offsets and commits.",
+        "Where Spark's own offsets and commits go (the engine checkpoint, written by Spark "
+        "through Hadoop), for the builder and the switch alike; a checkpoint location that is "
+        "not local (`s3://`, `s3a://`) needs it: a start without it is refused.",
         shown_default="`<checkpoint location>/engine` for local ones")
     partitions: int | None = setting(
         "partitions", INT, None,

@@ -84,3 +84,11 @@ class LocationMovedError(MoveError):
 class MoveRecordError(MoveError):
     """A move record under `<location>/moves/` or a move marker in Spark's offset log cannot
     be read; names the file."""
+class PySparkVersionError(DstlSparkError):
+    """A feature the installed PySpark (or the Spark behind a Connect session) does not have;
+    names the feature, the version, the first version that has it and what to use instead."""
+
+
+class PySparkVersionAttributeError(PySparkVersionError, AttributeError):
+    """A PySpark method the installed version lacks, asked for with the switch installed (an
+    AttributeError still, so `hasattr` answers as PySpark would)."""

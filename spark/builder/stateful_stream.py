@@ -20,6 +20,7 @@ from pyspark_dstl.spark.locations import default_engine_checkpoint, to_url
 from pyspark_dstl.spark.processors.declarations import check_declarations
 from pyspark_dstl.spark.processors.initial_state import InitialState
 from pyspark_dstl.spark.processors.processor import StatefulProcessor, VectorizedStatefulProcessor
+from pyspark_dstl.spark.pyspark_versions import refuse_available_now_with_timers
 from pyspark_dstl.spark.query_settings import QUERY_PREFIX, DstlSettings
 from pyspark_dstl.spark.readers.discovery import warn_if_undiscoverable
 from pyspark_dstl.spark.session import (
@@ -210,6 +211,14 @@ class StatefulStream:
         if self._on_progress is not None:
             self._on_progress(progress)
 
+    def check_trigger(self, trigger: Mapping[str, Any] | None) -> None:
+        """Refuse, before anything is written, a trigger this PySpark cannot run with the
+        query's time mode (availableNow with timers before Spark 4.2: pyspark_versions.py)."""
+        if self.operator.spec.time.tick_file is not None and no_data_batches(
+                self._df.sparkSession):
+            refuse_available_now_with_timers(self._df.sparkSession, trigger,
+                                             self.operator.spec.time.mode)
+
     def start(self, *, trigger: Mapping[str, Any] | None = None,
               engine_checkpoint: str | None = None, query_name: str | None = None) -> Any:
         """Start the streaming query. `trigger` as DataStreamWriter.trigger's keywords, e.g.
@@ -223,13 +232,15 @@ class StatefulStream:
             raise ConfigError(f"trigger={trigger!r}: give DataStreamWriter.trigger's keywords as "
                               f"a dict, e.g. trigger={{'processingTime': {str(trigger)!r}}} or "
                               f"trigger={{'availableNow': True}}")
+        self.check_trigger(trigger)
         if not self._df.isStreaming:
             raise ConfigError("start(): the input is a batch DataFrame, not a stream; read it "
                               "with spark.readStream, or run it as one batch with "
                               ".run_batch(df, batch_id)")
         engine = engine_checkpoint or self.operator.settings.query.engine_checkpoint_location
         if engine is None:
-            engine = default_engine_checkpoint(self.operator.location)
+            engine = default_engine_checkpoint(self.operator.location,
+                                               also=" or start(engine_checkpoint=...)")
         self.check_location(engine)
         register_state_reader(self._df.sparkSession)
         source = self._df

@@ -43,6 +43,7 @@ from pyspark_dstl.spark.keys.key_grouping import (
 )
 from pyspark_dstl.spark.processors.initial_state import InitialState
 from pyspark_dstl.spark.processors.processor import AnyProcessor
+from pyspark_dstl.spark.pyspark_versions import arrow_schema
 from pyspark_dstl.spark.query_settings import DstlSettings
 from pyspark_dstl.spark.spark_errors import CommitValidationError, PartitionCountError
 from pyspark_dstl.spark.stage.failures import stage_errors
@@ -389,15 +390,13 @@ class StatefulOperator:
                    clock: BatchClock, key_types: list[str] | None = None,
                    key_groups: int = KEY_GROUPS) -> TaskPlan:
         """What every task of the batch gets: plain data, shipped inside the task closure."""
-        from pyspark.sql.pandas.types import to_arrow_schema
-
         zone = keyed.sparkSession.conf.get("spark.sql.session.timeZone")  # Arrow's timestamps
         return TaskPlan(
             location=self.location, operator=self.spec.name, num_partitions=n,
             batch_id=batch_id, now_ms=clock.now_ms,
             key_columns=self.spec.key_columns, settings=self.settings.backend_settings,
-            input_schema=to_arrow_schema(keyed.schema, timezone=zone),
-            output_schema=to_arrow_schema(self.spec.output_schema, timezone=zone),
+            input_schema=arrow_schema(keyed.schema, zone),
+            output_schema=arrow_schema(self.spec.output_schema, zone),
             bases={p: info.to_dict() for p, info in base.infos(self.spec.name).items()},
             time_mode=clock.mode, watermark_ms=clock.watermark_ms,
             event_time_column=self.spec.time.event_time_column,

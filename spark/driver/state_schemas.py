@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pyspark_dstl.backend.faults import kill_point
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
@@ -42,6 +42,9 @@ from pyspark_dstl.changelog.changelog_errors import (
 )
 from pyspark_dstl.materializer.remote import RemoteFiles
 from pyspark_dstl.spark.codec.schema_history import check_against_history
+
+if TYPE_CHECKING:
+    from pyspark_dstl.spark.driver.operator import StatefulOperator
 from pyspark_dstl.spark.spark_errors import StateSchemaError
 
 
@@ -104,7 +107,7 @@ def _record(storage: RemoteFiles, operator: str, records: Mapping[int, SchemaRec
 # ---- the operator's side ---------------------------------------------------------------------
 
 
-def settle_operator(operator: Any) -> SchemaHistory | None:
+def settle_operator(operator: StatefulOperator) -> SchemaHistory | None:
     """Settle the schemas of the operator's processor, if it declares any (a PySpark
     processor), and hand the history to it for its tasks."""
     processor = operator.spec.processor
@@ -115,11 +118,11 @@ def settle_operator(operator: Any) -> SchemaHistory | None:
 
     fencing.hold(operator).check("settle the state schemas")
     history = settle(operator._storage(), operator.spec.name, declared)
-    processor.history = history
+    cast(Any, processor).history = history  # a PySpark processor's adapter keeps it
     return history
 
 
-def ensure_settled(operator: Any) -> None:
+def ensure_settled(operator: StatefulOperator) -> None:
     """Before a batch of an operator run without `start()` (run_batch, a Connect server's
     foreachBatch): settle once."""
     processor = operator.spec.processor
@@ -128,7 +131,7 @@ def ensure_settled(operator: Any) -> None:
         settle_operator(operator)
 
 
-def commit_extra(operator: Any) -> dict[str, Any]:
+def commit_extra(operator: StatefulOperator) -> dict[str, Any]:
     """What a commit entry records: the schema id its batch wrote with."""
     history = getattr(operator.spec.processor, "history", None)
     if not isinstance(history, SchemaHistory):

@@ -43,6 +43,7 @@ from pyspark_dstl.spark.codec.values import (
     iter_elements,
     split_map_key,
 )
+from pyspark_dstl.spark.pyspark_versions import register_data_source
 from pyspark_dstl.spark.query_settings import QUERY_PREFIX, DstlSettings
 from pyspark_dstl.spark.spark_errors import StateDecodingError
 from pyspark_dstl.spark.time.timers import BY_EXPIRY_CF, BY_KEY_CF, EXPIRY_WIDTH, expiry_of
@@ -224,7 +225,7 @@ def _bytes_as_base64(value: Any) -> Any:
 
 def register_state_reader(spark: Any) -> None:
     """Make spark.read.format("dstl-state") available in this session."""
-    spark.dataSource.register(DstlStateDataSource)
+    register_data_source(spark, DstlStateDataSource)
 
 
 def read_state(spark: Any, checkpoint_location: str, batch_id: int | None = None,

@@ -191,6 +191,7 @@ def test_grouping_key_of_an_unsupported_type_is_refused(spark: Any) -> None:
         stateful(df).group_by("t")
 
 
+@pytest.mark.version
 def test_state_reader_returns_the_model_state_of_any_retained_batch(spark: Any,
                                                                      tmp_path: Path) -> None:
     frames = make_batches(3, rows=200, keys=50, seed=9)

@@ -45,6 +45,7 @@ from tests.support.tws_compare import (
     write_input,
 )
 from tests.support.tws_scenarios import at
+from tests.support.versions import needs_row_api
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -245,6 +246,7 @@ def test_pandas_processing_time_query_goes_on_here_with_its_state(spark: Any,
                                          "query is not declared by CountOnly.init()")
 
 
+@needs_row_api
 def test_row_based_event_time_query_goes_on_with_the_switch_after_the_command(spark: Any,
                                                                       tmp_path: Path) -> None:
     def events(*triples: tuple[str, float, int]) -> pd.DataFrame:

@@ -22,6 +22,7 @@ from tests.support.compat_processors import (
     UsesDeletedState,
 )
 from tests.support.compat_runs import all_rows, input_stream, run_to_end, write_inputs
+from tests.support.versions import needs_available_now_timers
 
 pytestmark = pytest.mark.spark
 
@@ -91,9 +92,10 @@ def watermarked(spark: Any, directory: Path) -> Any:
         "ts", "10 seconds")
 
 
-@pytest.mark.parametrize(("mode", "smallest"), [("None", [20, 4, 2]),
-                                                ("ProcessingTime", [20, 4, 2]),
-                                                ("EventTime", [20, 4, 15])])
+@pytest.mark.parametrize(("mode", "smallest"), [
+    ("None", [20, 4, 2]),
+    pytest.param("ProcessingTime", [20, 4, 2], marks=needs_available_now_timers),
+    pytest.param("EventTime", [20, 4, 15], marks=needs_available_now_timers)])
 def test_late_rows_are_dropped_only_in_event_time(spark: Any, tmp_path: Path, mode: str,
                                                   smallest: list[int]) -> None:
     with session_conf(spark, "spark.sql.session.timeZone", "UTC"):

@@ -26,6 +26,7 @@ from tests.support.time_processors import (
     KeyEcho,
     VectorizedInactivitySessions,
 )
+from tests.support.versions import needs_available_now_timers
 
 pytestmark = pytest.mark.spark
 
@@ -55,6 +56,7 @@ def run_sessions(spark: Any, inputs: Path, checkpoint: Path, processor: Any = No
     return stream
 
 
+@needs_available_now_timers
 @pytest.mark.parametrize("processor", [InactivitySessions(), VectorizedInactivitySessions()],
                          ids=["per-key", "vectorized"])
 def test_silent_users_sessions_close_once_the_watermark_passes(
@@ -69,12 +71,14 @@ def test_silent_users_sessions_close_once_the_watermark_passes(
     assert [p.timers_fired for p in stream.progress] == [0, 0, 2, 0]
 
 
+@needs_available_now_timers
 def test_watermark_advance_alone_runs_a_batch_without_input(spark: Any, tmp_path: Path) -> None:
     write_event_files(tmp_path / "in", SILENT_USERS)
     stream = run_sessions(spark, tmp_path / "in", tmp_path / "ckpt")
     assert [p.input_rows for p in stream.progress] == [3, 1, 1, 0]
 
 
+@needs_available_now_timers
 def test_late_rows_are_dropped_and_counted(spark: Any, tmp_path: Path) -> None:
     frames = [events(("a", 100)), events(("b", 70)), events(("a", 89), ("b", 91))]
     write_event_files(tmp_path / "in", frames)
@@ -84,6 +88,7 @@ def test_late_rows_are_dropped_and_counted(spark: Any, tmp_path: Path) -> None:
     assert stream.progress[2].input_rows == 2
 
 
+@needs_available_now_timers
 def test_watermark_and_pending_timers_survive_a_restart(spark: Any, tmp_path: Path) -> None:
     write_event_files(tmp_path / "whole", SILENT_USERS)
     uninterrupted: Batches = {}
@@ -103,6 +108,7 @@ def test_watermark_and_pending_timers_survive_a_restart(spark: Any, tmp_path: Pa
     assert list(resumed.values()) == list(uninterrupted.values())
 
 
+@pytest.mark.version
 def test_processing_time_timer_fires_at_a_later_trigger_without_input(
         spark: Any, tmp_path: Path) -> None:
     write_event_files(tmp_path / "in", [events(("a", 0))])
