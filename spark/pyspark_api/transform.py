@@ -2,7 +2,7 @@
 
     stateful(df).group_by("k").transformWithStateInPandas(
         statefulProcessor=MyProcessor(), outputStructType="k string, n long",
-        outputMode="Update", timeMode="None", checkpoint=path)
+        outputMode="Update", timeMode="None", checkpoint_location=path)
 
 `plan_transform` checks the arguments on the driver (also what PySpark checks only inside the
 first batch: TTLs, state schemas, the time mode of TTL state) and wraps the processor in a
@@ -16,14 +16,14 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark_dstl.core.errors import ConfigError
-from pyspark_dstl.core.units import parse_size
-from pyspark_dstl.spark.codec.schema_history import (
+from pyspark_dstl.backend.lineage.schema_records import (
     Declarations,
     SchemaHistory,
     StateDeclaration,
-    canonical_schema,
 )
+from pyspark_dstl.core.errors import ConfigError
+from pyspark_dstl.core.units import parse_size
+from pyspark_dstl.spark.codec.schema_history import canonical_schema
 from pyspark_dstl.spark.keys.keyed_batch import KeyedBatch
 from pyspark_dstl.spark.processors.declarations import declaring_handle
 from pyspark_dstl.spark.processors.initial_state import InitialState
@@ -91,8 +91,8 @@ def plan_transform(df: Any, key_columns: Sequence[str], processor: Any, output_s
                      max_bytes=_arrow_limit(df, "maxBytesPerBatch", 0))
     schemas, variables = declared_schemas(processor, mode, entry)
     declarations = Declarations(_grouping_key_schema(df, key_columns), variables)
-    adapter = PySparkProcessorAdapter(processor, shape, schemas, entry, declarations,
-                                      output_mode=str(output_mode).strip().lower())
+    adapter = PySparkProcessorAdapter(processor, shape, schemas, entry, declarations)
+    adapter.output_mode = "Append" if output_mode.strip().lower() == "append" else "Update"
     return CompatPlan(adapter, struct, mode, initial)
 
 
@@ -214,23 +214,17 @@ class PySparkProcessorAdapter(StatefulProcessor):
     """A pyspark StatefulProcessor as a per-key processor of this backend."""
 
     def __init__(self, processor: Any, shape: RowShape, schemas: dict[str, str],
-                 entry: str, declarations: Declarations | None = None,
-                 output_mode: str = "update") -> None:
+                 entry: str, declarations: Declarations | None = None) -> None:
         self.processor = processor
         self.shape = shape
         self.schemas = schemas
         self.entry = entry
+        self.output_mode = "Update"  # PySpark's outputMode argument (export-state repeats it)
         self.display_name = type(processor).__name__
         self.declarations = declarations
-        self.output_mode = output_mode  # "append" or "update", as the call gave it
         # the checkpoint's state schemas, settled by the driver when the query starts
         # (driver/state_schemas.py); None: values are written without a schema id
         self.history: SchemaHistory | None = None
-
-    def spark_call(self) -> dict[str, str]:
-        """What Spark's state-metadata shows of the call: PySpark's entry point (its operator
-        name follows from it) and the output mode (readers/state_metadata.py)."""
-        return {"entry": self.entry, "output_mode": self.output_mode}
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         from pyspark.sql.streaming.stateful_processor import TimerValues

@@ -217,7 +217,7 @@ class ChangeStreamReader(DataSourceStreamReader):
         """Whether the producer's engine committed `batch_id` (so it is never run again)."""
         if self._engine is None:
             self._engine = ChangelogService(self.plan.engine_url,
-                                            self.location.storage.options)
+                                            self.location.storage.settings)
         try:
             infos = self._engine.loop.run(self._engine.alist(ENGINE_COMMITS))
         except ChangelogError:

@@ -15,6 +15,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from pyspark_dstl.spark.pyspark_versions import register_data_source
 from pyspark_dstl.spark.query_settings import DstlSettings
 from pyspark_dstl.spark.readers import change_stream, state_metadata, statestore
 from pyspark_dstl.spark.readers.state_location import holds_backend_checkpoint
@@ -33,9 +34,10 @@ SOURCES = (statestore.StateStoreSource, state_metadata.StateMetadataSource,
 
 
 def register_state_sources(spark: Any) -> None:
-    """This backend's readers of state, by name, in `spark` (registering again replaces)."""
+    """This backend's readers of state, by name, in `spark` (registering again replaces on
+    PySpark 4.1+; 4.0 keeps the one its lookup found, this package's own)."""
     for source in SOURCES:
-        spark.dataSource.register(source)
+        register_data_source(spark, source)
 
 
 def routed_read(spark: Any, source: str | None, path: Any,

@@ -13,8 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from pyspark_dstl.backend.lineage.schema_records import SchemaHistory
 from pyspark_dstl.spark.codec.evolution import VersionedRowCodec
-from pyspark_dstl.spark.codec.schema_history import SchemaHistory
+from pyspark_dstl.spark.codec.schema_history import value_schemas, value_struct
 from pyspark_dstl.spark.codec.typed_values import RowCodec
 from pyspark_dstl.spark.codec.values import (
     Expiring,
@@ -48,8 +49,8 @@ class RowMaker:
         self._user_keys: RowCodec | None = None
         declaration = target.declaration
         if declaration is not None and history is not None:
-            self._values = VersionedRowCodec(declaration.value_struct(), target.name,
-                                             history.current, history.value_schemas(target.name))
+            self._values = VersionedRowCodec(value_struct(declaration), target.name,
+                                             history.current, value_schemas(history, target.name))
             if declaration.key_schema is not None:
                 from pyspark_dstl.spark.readers.statestore_schema import user_key_struct
 

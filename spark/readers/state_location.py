@@ -16,17 +16,16 @@ from typing import Any
 from pyspark_dstl.backend.backend_settings import BackendSettings
 from pyspark_dstl.backend.lineage.commit_entry import CommitEntry
 from pyspark_dstl.backend.lineage.commit_log import CommitLog, is_entry_name
+from pyspark_dstl.backend.lineage.schema_records import SchemaHistory, StateDeclaration, history_at
 from pyspark_dstl.backend.lineage.store_commit import StoreCommit
 from pyspark_dstl.backend.rescale.key_groups import key_groups_in
 from pyspark_dstl.changelog.changelog_service import ChangelogService
-from pyspark_dstl.spark.codec.schema_history import SchemaHistory, StateDeclaration
-from pyspark_dstl.spark.codec.schema_records import history_at
 from pyspark_dstl.spark.locations import to_url
 from pyspark_dstl.spark.time.modes import EVENT_TIME, NO_TIME_MODE, PROCESSING_TIME
 
-SPARK_CALL_EXTRA = "spark_calls"
-"""Commit entry extra: operator -> the PySpark call that started it ({"entry": ..., "output_mode":
-...}), written by driver/state_schemas.py."""
+ENTRY_EXTRA, OUTPUT_MODE_EXTRA = "pyspark_entry", "pyspark_output_mode"
+"""Commit entry extra: the PySpark call that started the operator and its outputMode, written
+by driver/operator.py."""
 COMMITS_DIR = "commits"
 HADOOP_S3_SCHEMES = ("s3a://", "s3n://")
 RETENTION_KEY = "spark.dstl.stateStore.minBatchesToRetain"
@@ -93,17 +92,13 @@ class OperatorAtBatch:
         return None if value is None else int(value)
 
     @property
-    def spark_call(self) -> Mapping[str, str]:
-        return (self.entry.extra.get(SPARK_CALL_EXTRA) or {}).get(self.name) or {}
-
-    @property
     def spark_operator_name(self) -> str:
-        return OPERATOR_NAMES.get(self.spark_call.get("entry", DEFAULT_ENTRY),
+        return OPERATOR_NAMES.get(str(self.entry.extra.get(ENTRY_EXTRA, DEFAULT_ENTRY)),
                                   OPERATOR_NAMES[DEFAULT_ENTRY])
 
     @property
     def output_mode(self) -> str:
-        return self.spark_call.get("output_mode", "update").capitalize()
+        return str(self.entry.extra.get(OUTPUT_MODE_EXTRA, "Update")).capitalize()
 
     @property
     def variables(self) -> Mapping[str, StateDeclaration]:

@@ -15,7 +15,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark_dstl.spark.codec.schema_history import StateDeclaration
+from pyspark_dstl.backend.lineage.schema_records import StateDeclaration
+from pyspark_dstl.spark.codec import schema_history
 
 VALUE, LIST, MAP, TIMERS = "value", "list", "map", "timers"
 
@@ -63,7 +64,7 @@ def _ttl_wrapped(value: Any) -> Any:
 def value_struct(target: ReadTarget) -> Any:
     """A value, list element or map value of the variable, as Spark shows it."""
     assert target.declaration is not None
-    shown = nullable(target.declaration.value_struct())
+    shown = nullable(schema_history.value_struct(target.declaration))
     return _ttl_wrapped(shown) if target.ttl else shown
 
 

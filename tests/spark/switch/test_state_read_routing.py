@@ -17,7 +17,8 @@ READER_METHODS = {"pyspark.sql.readwriter": ("format", "option", "options", "loa
 
 def readers() -> list[type]:
     found = []
-    for module_name, class_name in READER_CLASSES:
+    for path in READER_CLASSES:
+        module_name, class_name = path.split(":")
         try:
             found.append(getattr(importlib.import_module(module_name), class_name))
         except ImportError:  # Connect's client needs grpc
