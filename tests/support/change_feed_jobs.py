@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tests.support.state_data import plain
+
 ITEMS = "user string, item string"
 FEED_NAME = "mirror"
 PRODUCER_SETTINGS = {"spark.sql.shuffle.partitions": "3"}
@@ -96,6 +98,28 @@ def run_producer(spark: Any, inputs: Path, location: Path,
             assert query.exception() is None
         finally:
             pyspark_dstl.uninstall()
+
+
+def run_consumer(spark: Any, location: Path, checkpoint: Path,
+                 batches: dict[int, list[Any]], **options: Any) -> None:
+    """The feed of the `items` variable into a sink that keeps each consumer batch's rows (a
+    replay replaces), trigger availableNow, in this process."""
+    reader = (spark.readStream.format("dstl-changes").option("stateVarName", "items")
+              .option("feedName", FEED_NAME))
+    for key, value in options.items():
+        reader = reader.option(key, value)
+
+    def keep(df: Any, batch_id: int) -> None:
+        batches[batch_id] = [plain(row) for row in df.collect()]
+
+    query = (reader.load(str(location)).writeStream.foreachBatch(keep)
+             .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+    query.awaitTermination()  # raises the query's failure
+
+
+def everything(batches: dict[int, list[Any]]) -> list[Any]:
+    """Every row the consumer's batches received, in a fixed order."""
+    return sorted((row for rows in batches.values() for row in rows), key=json.dumps)
 
 
 def mirror_of(rows: Iterable[Any]) -> dict[tuple[str, str], int]:

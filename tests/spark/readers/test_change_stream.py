@@ -17,8 +17,10 @@ from pyspark_dstl.spark.readers.change_feed import ChangeFeedError
 from pyspark_dstl.spark.readers.change_stream import ChangeStreamReader
 from tests.support.change_feed_jobs import (
     FEED_NAME,
+    everything,
     item_frames,
     mirror_of,
+    run_consumer,
     run_producer,
     state_of,
 )
@@ -29,32 +31,12 @@ pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
 
 
-def run_consumer(spark: Any, location: Path, checkpoint: Path,
-                 batches: dict[int, list[Any]], **options: Any) -> None:
-    """The feed into a sink that keeps each consumer batch's rows (a replay replaces)."""
-    reader = (spark.readStream.format("dstl-changes").option("stateVarName", "items")
-              .option("feedName", FEED_NAME))
-    for key, value in options.items():
-        reader = reader.option(key, value)
-
-    def keep(df: Any, batch_id: int) -> None:
-        batches[batch_id] = [plain(row) for row in df.collect()]
-
-    query = (reader.load(str(location)).writeStream.foreachBatch(keep)
-             .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
-    query.awaitTermination()  # raises the query's failure
-
-
 def change_feed(spark: Any, location: Path, start: int = 0) -> list[Any]:
     """The batch change feed of the same variable, sorted."""
     df = (spark.read.format("dstl-statestore").option("stateVarName", "items")
           .option("readChangeFeed", "true").option("changeStartBatchId", start)
           .load(str(location)))
     return sorted((plain(row) for row in df.collect()), key=json.dumps)
-
-
-def everything(batches: dict[int, list[Any]]) -> list[Any]:
-    return sorted((row for rows in batches.values() for row in rows), key=json.dumps)
 
 
 @pytest.fixture
