@@ -71,6 +71,12 @@ class BackendSettings(Settings):
         "Committed versions kept restorable. Cleanup deletes only what no retained "
         "checkpoint references, and only below the oldest retained version. At least 2: a run "
         "taken over keeps the batch it may still be recovering.", at_least=2)
+    max_batches_held_for_feeds: int = setting(
+        "stateStore.maxBatchesHeldForFeeds", INT, 1000,
+        "Committed batches beyond `minBatchesToRetain` that cleanup keeps for a change feed "
+        "(`spark.readStream.format(\"dstl-changes\")`) that has not read them yet; a feed "
+        "further behind is let go and fails by name at its next read. `0`: feeds hold "
+        "nothing back ([state-data.md](state-data.md)).", at_least=0)
     local_dir: str = setting(
         "stateStore.localDir", TEXT, factory=default_local_dir,
         doc="Per-host directory for open RocksDB instances, restore caches and local "

@@ -54,6 +54,12 @@ T = TypeVar("T")
 Generations = dict[int, list[tuple[int, ObjectInfo]]]
 
 
+def is_entry_name(name: str) -> bool:
+    """Whether a name under commits/ is one this log writes (`<batch>.<generation>`; Spark's
+    own commit log names its files `<batch>`)."""
+    return _ENTRY_NAME.match(name) is not None
+
+
 class WriteGuard(Protocol):
     """The lease of the run holding the location (fencing.CheckpointLease)."""
 

@@ -521,8 +521,9 @@ class StatefulOperator:
             return 0
         self._batches_since_cleanup = 0
         lease = fencing.hold(self)
-        report = cleanup_checkpoint(self._storage(), self.settings.backend.min_batches_to_retain,
-                                    dry_run=False, lease=lease)
+        report = cleanup_checkpoint(
+            self._storage(), self.settings.backend.min_batches_to_retain, dry_run=False,
+            lease=lease, feed_hold_limit=self.settings.backend.max_batches_held_for_feeds)
         outputs = 0
         if batch_id is not None:
             lease.check(f"delete output files of batches before {batch_id}")

@@ -4,10 +4,13 @@
 The switch replaces the two methods on PySpark's GroupedData classes (classic and Spark
 Connect). On a batch DataFrame the replacement calls PySpark's own method, so batch queries
 keep Spark's operator; on a streaming DataFrame it returns a `StatefulDataFrame`, which stands in
-for the DataFrame up to the sink. Installing twice changes nothing; `uninstall` puts PySpark's
-methods back. A method the installed PySpark lacks (the Row API before 4.1, both methods in
-4.0's Spark Connect client) is refused by name while the switch is on, with the version and what
-to use instead (an AttributeError still, so `hasattr` answers as PySpark would).
+for the DataFrame up to the sink. It also routes reads of Spark's state data sources
+(`statestore`, `state-metadata`) on this backend's checkpoint locations to this backend's
+readers (`_route_state_reads`, readers/routing.py). Installing twice changes nothing;
+`uninstall` puts PySpark's methods back. A method the installed PySpark lacks (the Row API
+before 4.1, both methods in 4.0's Spark Connect client) is refused by name while the switch is
+on, with the version and what to use instead (an AttributeError still, so `hasattr` answers as
+PySpark would).
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ ENTRY_POINTS = ("transformWithStateInPandas", "transformWithState")
 ROWS_AS = {"transformWithStateInPandas": "pandas", "transformWithState": "rows"}
 GROUPED_DATA_CLASSES = ("pyspark.sql.group:GroupedData",
                         "pyspark.sql.connect.group:GroupedData")
+READER_CLASSES = ("pyspark.sql.readwriter:DataFrameReader",
+                  "pyspark.sql.connect.readwriter:DataFrameReader")
 _ABSENT = object()
 GETATTR = "__getattr__"
 
@@ -41,7 +46,7 @@ def install() -> None:
     """Route PySpark's transformWithState calls on streaming DataFrames to this backend."""
     warn_if_undiscoverable()
     with _lock:
-        for cls in _grouped_data_classes():
+        for cls in _classes(GROUPED_DATA_CLASSES, "PySpark's GroupedData"):
             for name in ENTRY_POINTS:
                 if (cls, name) in _replaced or not hasattr(cls, name):
                     continue
@@ -51,6 +56,7 @@ def install() -> None:
             if missing and (cls, GETATTR) not in _replaced and not hasattr(cls, GETATTR):
                 _replaced[(cls, GETATTR)] = _ABSENT
                 setattr(cls, GETATTR, _refusing_getattr(cls.__module__, missing))
+        _route_state_reads()
 
 
 def uninstall() -> None:
@@ -69,9 +75,9 @@ def installed() -> bool:
     return bool(_replaced)
 
 
-def _grouped_data_classes() -> Iterator[type]:
-    for path in GROUPED_DATA_CLASSES:
-        cls = load_by_name(path, "PySpark's GroupedData", DropInUsageError, if_importable=True)
+def _classes(paths: tuple[str, ...], what: str) -> Iterator[type]:
+    for path in paths:
+        cls = load_by_name(path, what, DropInUsageError, if_importable=True)
         if cls is not None:  # Spark Connect's client needs grpc; without it, classic only
             yield cls
 
@@ -85,6 +91,82 @@ def _refusing_getattr(module: str, missing: frozenset[str]) -> Callable[[Any, st
         raise AttributeError(f"{type(grouped).__name__!r} object has no attribute {name!r}")
 
     return __getattr__
+
+
+Wrap = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+
+def _replace(cls: type, name: str, make: Wrap) -> None:
+    """Put `make(PySpark's method)` in its place, remembering what to give back."""
+    if (cls, name) in _replaced or not hasattr(cls, name):
+        return
+    _replaced[(cls, name)] = cls.__dict__.get(name, _ABSENT)
+    setattr(cls, name, make(getattr(cls, name)))
+
+
+def _route_state_reads() -> None:
+    """Reads of Spark's state data sources on this backend's checkpoint locations go to this
+    backend's readers: DataFrameReader.load decides (readers/routing.py). The classic reader
+    keeps its format and options in the JVM, so they are noted on the Python side too."""
+    for cls in _classes(READER_CLASSES, "PySpark's DataFrameReader"):
+        classic = not cls.__module__.startswith("pyspark.sql.connect")
+        if classic:
+            _replace(cls, "format", _noting_format)
+            _replace(cls, "option", _noting_option)
+            _replace(cls, "options", _noting_options)
+        _replace(cls, "load", functools.partial(_routing_load, classic=classic))
+
+
+def _noted(reader: Any) -> dict[str, Any]:
+    return reader.__dict__.setdefault("_dstl_noted", {"format": None, "options": {}})
+
+
+def _noting_format(pyspark_method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(pyspark_method)
+    def format(reader: Any, source: str) -> Any:
+        _noted(reader)["format"] = source
+        return pyspark_method(reader, source)
+
+    return format
+
+
+def _noting_option(pyspark_method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(pyspark_method)
+    def option(reader: Any, key: str, value: Any) -> Any:
+        _noted(reader)["options"][key] = value
+        return pyspark_method(reader, key, value)
+
+    return option
+
+
+def _noting_options(pyspark_method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(pyspark_method)
+    def options(reader: Any, **given: Any) -> Any:
+        _noted(reader)["options"].update(given)
+        return pyspark_method(reader, **given)
+
+    return options
+
+
+def _routing_load(pyspark_method: Callable[..., Any], *, classic: bool) -> Callable[..., Any]:
+    from pyspark_dstl.spark.readers.routing import routed_read
+
+    @functools.wraps(pyspark_method)
+    def load(reader: Any, path: Any = None, format: Any = None,
+             schema: Any = None, **options: Any) -> Any:
+        if classic:
+            noted = _noted(reader)
+            source, given, spark = format or noted["format"], noted["options"], reader._spark
+        else:
+            source, given, spark = format or reader._format, reader._options, reader._client
+        route = routed_read(spark, source, path, {**given, **options})
+        if route is None:
+            return pyspark_method(reader, path, format, schema, **options)
+        target, extra = route
+        return pyspark_method(reader, path, target, schema, **options, **extra)
+
+    load.__dstl_entry__ = True  # type: ignore[attr-defined]
+    return load
 
 
 def _entry(name: str, pyspark_method: Callable[..., Any]) -> Callable[..., Any]:

@@ -34,6 +34,7 @@ TINY = {
     "spark_timers": ["--modes", "vectorized,tws", "--keys", "400", "--fire-batches", "2"],
     "spark_output": ["--files", "1", "--rows-per-file", "500"],
     "rescale": ["--keys", "2000", "--rounds", "1"],
+    "change_feed": ["--keys", "500", "--files", "2", "--rows", "600"],
 }
 RESULTS = {"spark_e2e": "spark_e2e_1e6"}  # scripts whose results file is named after the shape
 SCRIPT_TIMEOUT = 240
@@ -237,3 +238,14 @@ def test_latency_model_is_reproducible_and_has_the_configured_tail() -> None:
     slow = sum(1 for d in draws if d > 0.2)  # ten times a typical 30 ms: only the tail
     assert 0.015 < slow / len(draws) < 0.025
     assert min(draws) > 1_000_000 / 100e6  # the body's transfer time is always paid
+
+
+def test_change_feed_reads_both_engines_feeds_and_times_the_stream(runs: Runs) -> None:
+    result, _ = runs.result("change_feed")
+    cost = result["cost"]
+    for read in ("change feed", "state"):
+        spark_rows, ours_rows = cost["pyspark"][read][1], cost["dropin"][read][1]
+        assert spark_rows == ours_rows > 0  # one write per key and batch: the same rows
+    lag = result["lag"]
+    assert len(lag["final"]) == len(lag["committed"]) == 3  # every batch of the stream
+    assert all(seconds >= 0 for seconds in lag["final"])

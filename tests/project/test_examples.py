@@ -57,6 +57,12 @@ def test_dedup_job_self_checks_pass(tmp_path: Path) -> None:
     assert len(checks) >= 3 and all(line.startswith("ok ") for line in checks), out[-2000:]
 
 
+def test_state_mirror_equals_the_state_readers_view_after_every_batch(tmp_path: Path) -> None:
+    out = run_example("state_mirror.py", tmp_path, "--files", "3", "--events", "200").stdout
+    checks = [line for line in out.splitlines() if line.startswith(("ok ", "MISMATCH"))]
+    assert len(checks) == 3 and all(line.startswith("ok ") for line in checks), out[-2000:]
+
+
 def readme_query() -> str:
     """The README's first Python block: the drop-in query a new user copies."""
     text = (REPO_ROOT / "README.md").read_text()
