@@ -64,8 +64,7 @@ class PendingWrites:
 
     def flush(self) -> None:
         if self._blocks:
-            latest = latest_writes(self._blocks)
-            self._engine.apply_ordered(latest.keys, latest.values, latest.deletes > 0)
+            self._engine.apply_runs(latest_writes(self._blocks).runs)
         self._blocks = []
         self._bytes = 0
 
