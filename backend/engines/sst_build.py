@@ -129,7 +129,7 @@ def write_table(path: str, runs: Sequence[SortedRun], block_size: int = BLOCK_SI
     if not stats.entries:
         raise ValueError(f"{path!r}: a table needs at least one write")
     data_size = offset
-    index_block = _block(_index_entries(index_keys), restart_every=1)
+    index_block = _index_block(index_keys)
     index_handle = (offset, len(index_block))
     pieces += [index_block, _trailer(index_block)]
     offset += len(index_block) + 5
@@ -161,13 +161,17 @@ class _Layout:
     tails: Any  # per entry: its block's restart array, count and type byte when last, else b""
 
 
-def _layout(run: SortedRun, block_size: int) -> _Layout:
+def _layout(run: SortedRun, block_size: int, restart_interval: int = RESTART_INTERVAL,
+            values_of_deletes: bool = False) -> _Layout:
+    """Where every entry and block goes; `values_of_deletes`: the index, whose entries
+    carry a block handle also under a delete's key."""
     import pyarrow as pa
 
     count = len(run)
     key_lengths = np.diff(run.key_offsets).astype(np.int64) + len(run.prefix) + 8
     value_lengths = np.diff(run.value_offsets).astype(np.int64)
-    if run.deletes is not None and (value_lengths[run.deletes] != 0).any():
+    if (not values_of_deletes and run.deletes is not None
+            and (value_lengths[run.deletes] != 0).any()):
         raise ValueError("a delete carries no value")
     varint_key, key_bytes = _varints(key_lengths)
     varint_value, value_bytes = _varints(value_lengths)
@@ -179,7 +183,7 @@ def _layout(run: SortedRun, block_size: int) -> _Layout:
     last = np.concatenate((first[1:] - 1, [count - 1]))
     block_of_entry = np.repeat(np.arange(len(first)), np.diff(np.concatenate((first, [count]))))
     position = np.arange(count) - first[block_of_entry]
-    restart = position % RESTART_INTERVAL == 0
+    restart = position % restart_interval == 0
     restart_offsets = (starts - starts[first][block_of_entry])[restart].astype(np.uint32)
     restarts_per_block = np.bincount(block_of_entry[restart], minlength=len(first))
     # each block's tail: its restart offsets, their count (u32 each), then the type byte
@@ -245,14 +249,15 @@ def _ragged(encoded: tuple[np.ndarray, np.ndarray] | np.ndarray) -> Any:
 
 
 def _varints(values: np.ndarray) -> tuple[Any, np.ndarray]:
-    """LEB128 of every value (below 2**32): rows of their bytes (one column when every value
-    takes one byte) or (rows of 5, lengths); and the number of bytes of each."""
+    """LEB128 of every value: rows of their bytes (one column when every value takes one
+    byte) or (rows of 10, lengths); and the number of bytes of each."""
     values = values.astype(np.uint64)
     if not len(values) or int(values.max()) < 0x80:
         return values.astype(np.uint8)[:, None], np.ones(len(values), np.int64)
-    rows = np.zeros((len(values), 5), np.uint8)
+    places = max(1, -(-int(values.max()).bit_length() // 7))
+    rows = np.zeros((len(values), places), np.uint8)
     lengths = np.ones(len(values), np.int64)
-    for place in range(5):
+    for place in range(places):
         more = (values >> np.uint64(7 * (place + 1))) != 0
         rows[:, place] = ((values >> np.uint64(7 * place)) & np.uint64(0x7F)).astype(np.uint8) \
             | (more.astype(np.uint8) << 7)
@@ -260,19 +265,48 @@ def _varints(values: np.ndarray) -> tuple[Any, np.ndarray]:
     return (rows, lengths), lengths
 
 
-def _index_entries(runs: list[tuple[SortedRun, np.ndarray, np.ndarray]]
-                   ) -> list[tuple[bytes, bytes]]:
-    """Per data block: its last internal key (a valid separator) and its handle."""
-    entries: list[tuple[bytes, bytes]] = []
-    for run, last, handles in runs:
-        data = bytes(run.keys) if not isinstance(run.keys, bytes) else run.keys
-        offsets = run.key_offsets
-        deletes = run.deletes
-        for row, (offset, size) in zip(last.tolist(), handles.tolist(), strict=True):
-            trailer = _DELETE_TRAILER if deletes is not None and deletes[row] else _PUT_TRAILER
-            key = run.prefix + data[int(offsets[row]):int(offsets[row + 1])] + trailer
-            entries.append((key, _handle(offset, size)))
-    return entries
+def _index_block(runs: list[tuple[SortedRun, np.ndarray, np.ndarray]]) -> bytes:
+    """One block with an entry per data block (a restart at every entry): the block's last
+    internal key (a valid separator) and its handle, laid out like the data blocks."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    keys: list[np.ndarray] = []
+    key_lengths: list[np.ndarray] = []
+    deletes: list[np.ndarray] = []
+    handles = np.concatenate([block_handles for _, _, block_handles in runs])
+    for run, last, _ in runs:
+        offsets = run.key_offsets.astype(np.int64)
+        data = run.keys if isinstance(run.keys, np.ndarray) else np.frombuffer(run.keys, np.uint8)
+        lengths = offsets[last + 1] - offsets[last]
+        starts = np.zeros(len(last), np.int64)
+        np.cumsum(lengths[:-1], out=starts[1:])
+        picked = data[np.repeat(offsets[last] - starts, lengths)
+                      + np.arange(int(lengths.sum()))]
+        bounds = np.zeros(len(last) + 1, np.int64)
+        np.cumsum(lengths, out=bounds[1:])
+        prefixed = pc.binary_join_element_wise(
+            pa.scalar(run.prefix, pa.large_binary()), _column(picked, bounds, len(last)),
+            pa.scalar(b"", pa.large_binary()))
+        keys.append(np.frombuffer(prefixed.buffers()[2], np.uint8))
+        key_lengths.append(lengths + len(run.prefix))
+        deletes.append(np.zeros(len(last), np.bool_) if run.deletes is None
+                       else run.deletes[last])
+    all_lengths = np.concatenate(key_lengths)
+    key_offsets = np.zeros(len(all_lengths) + 1, np.int64)
+    np.cumsum(all_lengths, out=key_offsets[1:])
+    offset_bytes, offset_lengths = _varints(handles[:, 0])
+    size_bytes, size_lengths = _varints(handles[:, 1])
+    value_offsets = np.zeros(len(handles) + 1, np.int64)
+    np.cumsum(offset_lengths + size_lengths, out=value_offsets[1:])
+    values = pc.binary_join_element_wise(_ragged(offset_bytes), _ragged(size_bytes),
+                                         pa.scalar(b"", pa.large_binary()))
+    index = SortedRun(b"", np.concatenate(keys), key_offsets,
+                      np.frombuffer(values.buffers()[2], np.uint8), value_offsets,
+                      np.concatenate(deletes))
+    layout = _layout(index, 1 << 62, restart_interval=1, values_of_deletes=True)
+    joined = _entries(index, layout).buffers()[2]
+    return bytes(joined)[:-1]  # the type byte is the trailer's
 
 
 def _block(entries: list[tuple[bytes, bytes]], restart_every: int) -> bytes:

@@ -78,8 +78,12 @@ def _add_cf(result: LatestWrites, prefix: bytes, block: ColumnBlock) -> None:
     offsets = block.key_offsets.astype(np.int64)
     lengths = np.diff(offsets)
     keys = bytes(block.keys)
-    padded = _padded(keys, offsets, lengths)
-    if padded is None:
+    ascending = _strictly_ascending(keys, offsets, lengths)
+    padded = None if ascending is not None else _padded(keys, offsets, lengths)
+    if ascending is not None:  # already in order, each key once (a bulk write in key order)
+        order = ascending
+        last = np.ones(len(order), np.bool_)
+    elif padded is None:
         listed = block.key_list()
         order = np.array(sorted(range(len(listed)), key=listed.__getitem__), np.int64)
         ordered = [listed[i] for i in order.tolist()]
@@ -93,14 +97,36 @@ def _add_cf(result: LatestWrites, prefix: bytes, block: ColumnBlock) -> None:
         last[:-1] = ((ordered_rows[1:] != ordered_rows[:-1]).any(axis=1)
                      | (ordered_lengths[1:] != ordered_lengths[:-1]))
     chosen = order[last]
-    key_data, key_offsets = _gather(keys, offsets, chosen)
-    value_data, value_offsets = _gather(bytes(block.values),
-                                        block.value_offsets.astype(np.int64), chosen)
+    key_data: bytes | memoryview | np.ndarray
+    value_data: bytes | memoryview | np.ndarray
+    if ascending is not None:  # every write stays, in its place: the buffers as they are
+        key_data, key_offsets = keys, offsets
+        value_data, value_offsets = block.values, block.value_offsets.astype(np.int64)
+    else:
+        key_data, key_offsets = _gather(keys, offsets, chosen)
+        value_data, value_offsets = _gather(bytes(block.values),
+                                            block.value_offsets.astype(np.int64), chosen)
     deleted = block.ops[chosen] == OP_DELETE
     count = int(deleted.sum())
     result.runs.append(SortedRun(prefix, key_data, key_offsets, value_data, value_offsets,
                                  deleted if count else None))
     result.deletes += count
+
+
+def _strictly_ascending(keys: bytes, offsets: np.ndarray,
+                        lengths: np.ndarray) -> np.ndarray | None:
+    """arange(n) when keys of one length are already strictly ascending (one vectorized
+    comparison of neighbours), else None: the sort and the search for repeats are skipped."""
+    count = len(lengths)
+    if count < 2:
+        return np.arange(count)
+    width = int(lengths[0])
+    if width == 0 or int(lengths.min()) != width or int(lengths.max()) != width:
+        return None
+    strings = np.frombuffer(keys, f"S{width}", count, int(offsets[0]))
+    if bool((strings[1:] > strings[:-1]).all()):  # one length: bytewise order, exactly
+        return np.arange(count)
+    return None
 
 
 def _padded(keys: bytes, offsets: np.ndarray, lengths: np.ndarray) -> np.ndarray | None:

@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 
 from pyspark_dstl.backend.backend_errors import BackendError
 from pyspark_dstl.backend.engines.base import BlockWrite, Engine
-from pyspark_dstl.backend.engines.columns import encode_blocks, table_blocks
+from pyspark_dstl.backend.engines.columns import ColumnBlock, encode_blocks, table_blocks
 from pyspark_dstl.backend.engines.records import VersionMarker
 from pyspark_dstl.backend.faults import kill_point
 from pyspark_dstl.backend.lineage.context import RootContext
+from pyspark_dstl.backend.lineage.latest import latest_writes
 from pyspark_dstl.backend.lineage.naming import checkpoint_label, split_store_id
 from pyspark_dstl.backend.lineage.position import Position
 from pyspark_dstl.backend.lineage.rules import EARLY, FinalMark, HeaderMeta, SnapshotRef
@@ -93,6 +94,20 @@ class StoreInstance:
     def write(self, marker: VersionMarker, cache: TransactionCache) -> None:
         """Append a flush to the changelog as one payload and apply it to the engine."""
         self._flush(marker, cache, persist_from=None)
+
+    def write_columns(self, marker: VersionMarker, block: ColumnBlock) -> None:
+        """Append one column family's bulk write (put_many columns that fill the cache on
+        their own) as one payload and apply it to the engine at once: sorted, each key's
+        last write kept, as one table file ingested when large (lineage/latest.py,
+        engines/sst_build.py). No transaction cache dict holds these writes."""
+        self.catch_up.wait()
+        self.snapshots.await_checkpoint()
+        payload = encode_blocks(marker, [block])
+        self.writer.append(self._partition, payload)
+        self.engine.apply_runs(latest_writes([block]).runs)
+        self.metrics.flushes += 1
+        self.metrics.records += len(block)
+        self.metrics.payload_bytes += len(payload)
 
     def _flush(self, marker: VersionMarker, cache: TransactionCache,
                persist_from: int | None, defer_engine: bool = False
