@@ -9,6 +9,7 @@ handle of what was replayed can be rebuilt.
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Collection, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -40,6 +41,13 @@ class ReplayStats:
     records: int = 0
     files: int = 0
     bytes: int = 0
+    # where a replay's time goes (benchmarks/recovery): waiting for the changelog to be read,
+    # decoding and checking payloads, finding each key's last write (sort, gather), and the
+    # engine's write of what remains (table file and ingestion, or a WriteBatch)
+    read_wait_seconds: float = 0.0
+    decode_seconds: float = 0.0
+    coalesce_seconds: float = 0.0
+    apply_seconds: float = 0.0
 
 
 class PendingWrites:
@@ -51,10 +59,11 @@ class PendingWrites:
     delete). A replay that fails discards its engine, so writes held back are never missed.
     """
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, stats: ReplayStats | None = None) -> None:
         self._engine = engine
         self._blocks: list[ColumnBlock] = []
         self._bytes = 0
+        self._stats = stats if stats is not None else ReplayStats()
 
     def add(self, blocks: list[ColumnBlock], size: int) -> None:
         self._blocks += blocks
@@ -64,7 +73,12 @@ class PendingWrites:
 
     def flush(self) -> None:
         if self._blocks:
-            self._engine.apply_runs(latest_writes(self._blocks).runs)
+            began = time.perf_counter()
+            runs = latest_writes(self._blocks).runs
+            coalesced = time.perf_counter()
+            self._engine.apply_runs(runs)
+            self._stats.coalesce_seconds += coalesced - began
+            self._stats.apply_seconds += time.perf_counter() - coalesced
         self._blocks = []
         self._bytes = 0
 
@@ -72,9 +86,11 @@ class PendingWrites:
 def apply_change_set(writes: PendingWrites, change_set: ChangeSet, check: MarkerCheck,
                      where: str, stats: ReplayStats) -> None:
     for _, payload in change_set.entries:
+        began = time.perf_counter()
         marker, blocks = decode_change_blocks(payload, where)
         check.check(marker, where)
         records = sum(map(len, blocks))
+        stats.decode_seconds += time.perf_counter() - began
         if records:
             writes.add(blocks, len(payload))
         stats.records += records
@@ -86,14 +102,16 @@ def replay_handle(storage: ChangelogService, store_id: str, handle: ChangelogHan
     """Apply the handle's change sets in SQN order; finish the marker check."""
     stats = ReplayStats(files=len(handle.paths), bytes=handle.size)
     reader = storage.reader()
-    writes = PendingWrites(engine)
+    writes = PendingWrites(engine, stats)
     groups = list(_groups(handle))
     # one group read ahead: the next group downloads and decodes on the storage's loop while
     # this one is applied (at most two groups in memory)
     upcoming = _start_read(storage, reader, groups[0]) if groups else None
     try:
         for index, group in enumerate(groups):
+            began = time.perf_counter()
             change_sets = _group_change_sets(store_id, group, upcoming)
+            stats.read_wait_seconds += time.perf_counter() - began
             upcoming = (_start_read(storage, reader, groups[index + 1])
                         if index + 1 < len(groups) else None)
             for change_set in change_sets:
@@ -162,12 +180,14 @@ def replay_files(storage: ChangelogService, store_id: str, plan: ReplayPlan, fro
     stats = ReplayStats()
     segments: list[Segment] = []
     next_sqn = from_sqn
-    writes = PendingWrites(engine)
+    writes = PendingWrites(engine, stats)
     for version, unique_id, paths in plan.steps:
         seen: dict[int, bytes] = {}  # SQN -> digest, for this commit's files
         newest: FileHeader | None = None
         for path in paths:
+            began = time.perf_counter()
             log = _read_log(storage, store_id, version, path)
+            stats.read_wait_seconds += time.perf_counter() - began
             newest = log.header
             stats.files += 1
             stats.bytes += log.file_size

@@ -48,6 +48,10 @@ class InstanceMetrics:
     last_commit_flush_seconds: float = 0.0  # the final flush: encode, append, start the upload
     last_commit_upload_wait_seconds: float = 0.0  # then waiting for the changelog to be durable
     truncated_files: list[str] = field(default_factory=list)
+    # flushes (benchmarks/write_path): encoding and appending payloads; engine writes made
+    # inside transactions (a commit's own is counted by its catch-up)
+    flush_encode_seconds: float = 0.0
+    flush_engine_seconds: float = 0.0
 
 
 class StoreInstance:
@@ -102,9 +106,13 @@ class StoreInstance:
         engines/sst_build.py). No transaction cache dict holds these writes."""
         self.catch_up.wait()
         self.snapshots.await_checkpoint()
+        began = time.perf_counter()
         payload = encode_blocks(marker, [block])
         self.writer.append(self._partition, payload)
+        encoded = time.perf_counter()
         self.engine.apply_runs(latest_writes([block]).runs)
+        self.metrics.flush_encode_seconds += encoded - began
+        self.metrics.flush_engine_seconds += time.perf_counter() - encoded
         self.metrics.flushes += 1
         self.metrics.records += len(block)
         self.metrics.payload_bytes += len(payload)
@@ -123,6 +131,7 @@ class StoreInstance:
         try:
             self.catch_up.wait()  # the previous commit's write precedes this one
             self.snapshots.await_checkpoint()  # a background checkpoint reads this version
+            began = time.perf_counter()
             pending = cache.pending()
             deletes = cache.deletes
             records = len(cache)
@@ -136,8 +145,11 @@ class StoreInstance:
                 kill_point("changelog_persist_before")
                 persisting = self.writer.persist(persist_from)
             writes = list(zip(blocks, tables, strict=True))
+            encoded = time.perf_counter()
+            self.metrics.flush_encode_seconds += encoded - began
             if not defer_engine:
                 self.engine.apply_blocks(writes)
+                self.metrics.flush_engine_seconds += time.perf_counter() - encoded
         finally:
             if not defer_engine:
                 cache.clear()

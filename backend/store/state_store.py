@@ -335,6 +335,8 @@ class ChangelogStateStore(StateStore):
             "flushes": instance.flushes,
             "records_written": instance.records,
             "payload_bytes": instance.payload_bytes,
+            "flush_encode_seconds": instance.flush_encode_seconds,
+            "flush_engine_seconds": instance.flush_engine_seconds,
             "last_commit_seconds": instance.last_commit_seconds,
             "commit_flush_seconds": instance.last_commit_flush_seconds,
             "commit_upload_wait_seconds": instance.last_commit_upload_wait_seconds,
