@@ -92,9 +92,10 @@ def _add_cf(result: LatestWrites, prefix: bytes, block: ColumnBlock) -> None:
                                 len(order) - 1)
     else:
         order = _sort_order(padded, lengths)
-        ordered_rows, ordered_lengths = padded[order], lengths[order]
+        words = np.take(padded.view(np.uint64), order, axis=0)  # whole words: fewer compares
+        ordered_lengths = lengths[order]
         last = np.ones(len(order), np.bool_)
-        last[:-1] = ((ordered_rows[1:] != ordered_rows[:-1]).any(axis=1)
+        last[:-1] = ((words[1:] != words[:-1]).any(axis=1)
                      | (ordered_lengths[1:] != ordered_lengths[:-1]))
     chosen = order[last]
     key_data: bytes | memoryview | np.ndarray
@@ -171,8 +172,11 @@ def _gather(data: bytes, offsets: np.ndarray, chosen: np.ndarray) -> tuple[np.nd
     if count and int(lengths.min()) == int(lengths.max()):
         width = int(lengths[0])
         start = int(offsets[0])
-        rows = np.frombuffer(data, np.uint8, count * width, start).reshape(count, width)
-        return rows[chosen].reshape(-1), np.arange(len(chosen) + 1, dtype=np.int64) * width
+        if width == 0:
+            return np.zeros(0, np.uint8), np.zeros(len(chosen) + 1, np.int64)
+        rows = np.frombuffer(data, f"V{width}", count, start)  # np.take of whole rows:
+        gathered = np.take(rows, chosen).view(np.uint8)  # a few times faster than 2-d indexing
+        return gathered, np.arange(len(chosen) + 1, dtype=np.int64) * width
     import pyarrow as pa
     import pyarrow.compute as pc
 
