@@ -226,7 +226,8 @@ class ChangelogProvider(StateStoreProvider):
                 "replay_read_wait_seconds": stats.read_wait_seconds,
                 "replay_decode_seconds": stats.decode_seconds,
                 "replay_coalesce_seconds": stats.coalesce_seconds,
-                "replay_apply_seconds": stats.apply_seconds}
+                "replay_apply_seconds": stats.apply_seconds,
+                "replay_apply_wait_seconds": stats.apply_wait_seconds}
 
     def _seed(self, instance_dir: str, seed: Callable[[str], None]) -> None:
         engine_dir = self._engine_dir(instance_dir)

@@ -144,7 +144,7 @@ def test_coalesced_replay_with_deletes_equals_replaying_every_record_in_order(
     coalesced.apply(seed)
     chain = [(v, f"uid{v}") for v in range(1, 31)]
     check = MarkerCheck("op/0", (0, None), chain)
-    writes = replay.PendingWrites(coalesced)
+    writes = replay.PendingWrites(coalesced)  # flush() waits for its writes
     stats = replay.ReplayStats()
     for sqn, (version, uid) in enumerate(chain):
         marker = VersionMarker(version, uid, chain[version - 2][1] if version > 1 else None)
