@@ -93,25 +93,22 @@ class PendingWrites:
         self._blocks += blocks
         self._bytes += size
         if self._bytes >= COALESCE_BYTES:
-            self._apply(background=True)
+            self._apply()
 
     def flush(self) -> None:
         """Apply every write held and wait until the engine has them."""
-        self._apply(background=False)
+        self._apply()
         self._wait()
 
-    def _apply(self, background: bool) -> None:
+    def _apply(self) -> None:
         if self._blocks:
             began = time.perf_counter()
             runs = latest_writes(self._blocks).runs
             self._stats.coalesce_seconds += time.perf_counter() - began
             self._wait()
-            if background:
-                if self._executor is None:
-                    self._executor = ThreadPoolExecutor(1, "dstl-replay-write")
-                self._writing = self._executor.submit(self._write, runs)
-            else:
-                self._stats.apply_seconds += self._write(runs)
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(1, "dstl-replay-write")
+            self._writing = self._executor.submit(self._write, runs)
         self._blocks = []
         self._bytes = 0
 
