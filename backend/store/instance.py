@@ -41,8 +41,8 @@ class ColumnsTable(Mapping[bytes, bytes | None]):
     """A bulk write's columns seen as the cache table an engine write takes: values() in
     block order without a dict; the dict (each key's last value) made only if asked for."""
 
-    def __init__(self, block: ColumnBlock, values: Sequence[bytes]) -> None:
-        self._block = block
+    def __init__(self, keys: Sequence[bytes], values: Sequence[bytes]) -> None:
+        self._keys = keys
         self._values = values
         self._table: dict[bytes, bytes | None] | None = None
 
@@ -51,7 +51,7 @@ class ColumnsTable(Mapping[bytes, bytes | None]):
 
     def _dict(self) -> dict[bytes, bytes | None]:
         if self._table is None:
-            self._table = dict(zip(self._block.key_list(), self._values, strict=True))
+            self._table = dict(zip(self._keys, self._values, strict=True))
         return self._table
 
     def __getitem__(self, key: bytes) -> bytes | None:
@@ -126,11 +126,11 @@ class StoreInstance:
         """Append a flush to the changelog as one payload and apply it to the engine."""
         self._flush(marker, cache, persist_from=None)
 
-    def write_columns(self, marker: VersionMarker, block: ColumnBlock,
+    def write_columns(self, marker: VersionMarker, block: ColumnBlock, keys: Sequence[bytes],
                       values: Sequence[bytes]) -> None:
         """Append one column family's bulk write (put_many columns that fill the cache on
         their own) as one payload and apply it to the engine at once, in one sorted
-        WriteBatch (`values`: the block's values as objects, in block order). No transaction
+        WriteBatch (`keys`, `values`: the block's as objects, in block order). No transaction
         cache dict holds these writes. A table file ingested instead (as replay does) was
         measured slower here: the ingestion syncs the file and flushes the memtable inside
         the transaction, where a WriteBatch leaves both to RocksDB's background threads."""
@@ -140,7 +140,7 @@ class StoreInstance:
         payload = encode_blocks(marker, [block])
         self.writer.append(self._partition, payload)
         encoded = time.perf_counter()
-        self.engine.apply_blocks([(block, ColumnsTable(block, values))])
+        self.engine.apply_blocks([(block, ColumnsTable(keys, values))])
         self.metrics.flush_encode_seconds += encoded - began
         self.metrics.flush_engine_seconds += time.perf_counter() - encoded
         self.metrics.flushes += 1

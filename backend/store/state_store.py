@@ -195,10 +195,10 @@ class ChangelogStateStore(StateStore):
             stop = cache.filling_slice(costs, start, len(key_list)) if not len(cache) else None
             if stop is not None:  # the slice alone fills the cache: flushed from the columns
                 self._flushed = True
-                values = value_list[start:stop]
+                keys, values = key_list[start:stop], value_list[start:stop]
                 self._instance.write_columns(self._marker, block_of_columns(
-                    cf, key_list[start:stop], values, key_lengths[start:stop],
-                    value_lengths[start:stop]), values)
+                    cf, keys, values, key_lengths[start:stop], value_lengths[start:stop]),
+                    keys, values)
                 start = stop
                 continue
             start = cache.put_columns(cf, key_list, value_list, costs, start)

@@ -113,16 +113,16 @@ class TransactionCache:
         return stop
 
     def filling_slice(self, costs: np.ndarray, start: int, count: int) -> int | None:
-        """The end of the slice of a bulk write from `start` that would fill this empty cache
-        on its own, or None when the rest of the write fits: such a slice is flushed straight
-        from its columns, without the dicts. Its size is bounded by the cache's bytes only:
-        the entry bound is there for the dicts' cost per entry, which columns do not have,
-        and fewer, larger flushes leave fewer table files for RocksDB to compact."""
+        """The end of the slice of a bulk write from `start` that fills this empty cache on
+        its own (where put() per key would flush it), or None when the rest of the write
+        fits: such a slice can be flushed straight from its columns, without the dicts.
+        A key written twice in the slice counts twice here, so the flush may come a few
+        writes earlier than put() per key would make it."""
         spent = int(costs[start - 1]) if start else 0
-        if count - start < self.max_entries and int(costs[count - 1]) - spent < self.max_bytes:
-            return None
         fitting = int(np.searchsorted(costs, spent + self.max_bytes, "left"))
-        return min(max(start + 1, fitting + 1), count)
+        stop = min(start + self.max_entries, fitting + 1, count)
+        full = stop - start >= self.max_entries or int(costs[stop - 1]) - spent >= self.max_bytes
+        return stop if full else None
 
     def remove(self, cf: str, key: bytes) -> None:
         table, _, overhead = self.column(cf)
