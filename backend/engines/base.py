@@ -118,7 +118,7 @@ class Engine(ABC):
                       scratch: str) -> int:
         """Put every (physical keys, values) chunk, keys ascending across all chunks and
         absent from the engine (a rescale's copied share); returns the keys put. RocksDB
-        writes them as table files at `scratch`.N and ingests them (no memtable, no flush)."""
+        writes them as one SST file at `scratch` and ingests it (no memtable, no flush)."""
         count = 0
         for keys, values in chunks:
             self.apply_ordered(keys, values, deletes=False)
