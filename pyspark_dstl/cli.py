@@ -272,7 +272,7 @@ def _rescale(args: argparse.Namespace, storage: ChangelogService, fencing: Fenci
                  if record["migration"] else
                  f"{record['bytes_read']} bytes read, {record['keys_copied']} key(s) copied "
                  f"one by one, {record['bytes_uploaded']} bytes uploaded and "
-                 f"{record['bytes_copied']} copied inside the storage")
+                 f"{record['bytes_shared']} of old stores' files named in place")
         print(f"{done} operator {record['operator']!r} at batch {record['batch_id']} from "
               f"{record['from_partitions']} to {record['to_partitions']} partition(s) "
               f"({record['method']}): {moved}, {record['seconds']:.2f} s; new layout in "

@@ -148,7 +148,7 @@ def test_rescale_reads_what_a_restore_reads_and_the_migration_moves_every_key(
         restore, rescale = samples["restore"][0], samples["rescale"][0]
         migration = samples["migration"][0]
         assert rescale["bytes_read"] == restore["bytes_read"] > 0
-        assert rescale["bytes_uploaded"] + rescale["bytes_copied"] == rescale["bytes_written"]
+        assert rescale["bytes_uploaded"] + rescale["bytes_shared"] == rescale["bytes_written"]
         assert rescale["files_shared"] > 0
         assert migration["keys"] == 2000
         assert sum(migration["keys_per_partition"].values()) == 2000
