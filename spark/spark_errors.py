@@ -61,3 +61,21 @@ class StateSchemaError(DstlSparkError, ValueError):
     narrowed or changed type, a changed key schema, state kind or TTL kind), or a schema
     record is missing or damaged; raised on the driver before any batch, naming the state
     variable, the field, the old and the new type, and what to do."""
+
+
+class LateOutputRowError(DstlSparkError, ValueError):
+    """A transformWithState step with an eventTimeColumnName emitted a row whose event time is
+    at or before the watermark for late events (Spark's
+    EMITTING_ROWS_OLDER_THAN_WATERMARK_NOT_ALLOWED); names the step, the column, the row's
+    time and the watermark."""
+
+
+class ChainedStepError(DstlSparkError, ValueError):
+    """A stateful step after the first one cannot run as written (a step kind, aggregate
+    function or output mode that Spark refuses or this backend does not support); raised
+    where the step is written or where the query starts, naming the step and what to do."""
+
+
+class AggregateOverflowError(DstlSparkError, ArithmeticError):
+    """A chained aggregation's sum left the range of its type (Spark's default ANSI mode fails
+    the same way); names the aggregate."""

@@ -32,7 +32,7 @@ from pyspark_dstl.spark.switch.sinks import (
 )
 
 TEMPORARY_CHECKPOINT_SINKS = frozenset({CONSOLE, MEMORY, FOREACH, FOREACH_BATCH, "noop"})
-OUTPUT_MODES = ("append", "update")
+OUTPUT_MODES = ("append", "update", "complete")
 SESSION_CHECKPOINT = "spark.sql.streaming.checkpointLocation"
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 QUERY_PARTITIONS = "spark.dstl.query.partitions"
@@ -56,6 +56,9 @@ class StreamingResult(Protocol):
 
     @property
     def compat_plan(self) -> Any: ...
+
+    @property
+    def chained_steps(self) -> Any: ...
 
     def apply_steps(self, output: Any) -> Any: ...
 
@@ -83,13 +86,14 @@ class StatefulStreamWriter:
 
     def outputMode(self, outputMode: str) -> StatefulStreamWriter:
         mode = str(outputMode).lower()
-        if mode == "complete":
+        if mode == "complete" and not self._frame.chained_steps.has_aggregation:
             raise DropInUsageError(
                 f"outputMode({outputMode!r}): transformWithState runs in Append or Update mode, "
-                f"not Complete; use outputMode('append') or outputMode('update')")
+                f"not Complete (Complete output mode needs a streaming aggregation, in Spark "
+                f"too); use outputMode('append') or outputMode('update')")
         if mode not in OUTPUT_MODES:
             raise DropInUsageError(f"outputMode({outputMode!r}): unknown output mode; use "
-                                   f"'append' or 'update'")
+                                   f"'append', 'update' or 'complete'")
         self._mode = mode
         return self
 
@@ -221,11 +225,12 @@ class StatefulStreamWriter:
             if path is None:
                 raise DropInUsageError(f"format({kind!r}).start(): the file sink needs a path; "
                                        f"pass start(path) or option('path', ...)")
-            if self._mode == "update":
+            if self._mode != "append":
                 raise DropInUsageError(
-                    f"format({kind!r}) with outputMode('update'): a file sink only appends, in "
-                    f"Spark too (files once written are never changed); use outputMode('append'), "
-                    f"or write updates with foreachBatch or a table format that merges")
+                    f"format({kind!r}) with outputMode({self._mode!r}): a file sink only "
+                    f"appends, in Spark too (files once written are never changed); use "
+                    f"outputMode('append'), or write updates with foreachBatch or a table "
+                    f"format that merges")
             if is_connect(spark):
                 raise DropInUsageError(
                     f"format({kind!r}) on Spark Connect: the exactly-once file sink needs the "
@@ -247,7 +252,9 @@ class StatefulStreamWriter:
                    else _session_conf(session, SHUFFLE_PARTITIONS))
         stream = GroupedStateful(call.source, call.key_columns).process(
             plan.processor, plan.output_schema, checkpoint=checkpoint, time_mode=plan.time_mode,
-            initial_state=plan.initial_state, partitions=int(shuffle) if shuffle else None)
+            initial_state=plan.initial_state, partitions=int(shuffle) if shuffle else None,
+            output_event_time=call.arguments.get("eventTimeColumnName") or None)
+        stream = stream.with_chain(frame.chained_steps, self._mode)
 
         def write(output: Any, batch_id: int) -> None:
             sink(frame.apply_steps(output), batch_id)
