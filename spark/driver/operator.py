@@ -176,6 +176,9 @@ class StatefulOperator:
         self._batches_since_cleanup = 0
         self.chained = tuple(ChainedOperator(self, link, position)
                              for position, link in enumerate(spec.chain, start=1))
+        # the chained steps' state is checked against the newest commit once, before the
+        # first batch (driver/state_schemas.py)
+        self._chain_checked = not self.chained
 
     @property
     def operator_names(self) -> tuple[str, ...]:
