@@ -131,8 +131,13 @@ def _run(args: argparse.Namespace, storage: ChangelogService, fencing: FencingSe
          out: TextIO) -> int:
     if args.command == "inspect":
         report = inspect_checkpoint(storage)
-        print(json.dumps(report, indent=1) if args.json else format_inspection(report),
-              file=out)
+        report["operators"] = _operators(storage)
+        text = format_inspection(report) + "".join(
+            f"\noperator {op['name']} ({op['kind']}{': ' + op['label'] if op['label'] else ''}"
+            f"): step {op['position']} of the chain, Spark operator id "
+            f"{op['spark_operator_id']}, {op['partitions']} partition(s)"
+            for op in report["operators"])
+        print(json.dumps(report, indent=1) if args.json else text, file=out)
         return 0
     if args.command == "report":
         count = write_report(storage, args.url, args.output)
@@ -148,6 +153,18 @@ def _run(args: argparse.Namespace, storage: ChangelogService, fencing: FencingSe
     print(json.dumps(_cleanup_dict(cleanup), indent=1) if args.json
           else _format_cleanup(cleanup), file=out)
     return 1 if cleanup.problems else 0
+
+
+def _operators(storage: ChangelogService) -> list[dict[str, object]]:
+    """The query's operators at the newest batch (the first stateful step and the steps
+    chained after it); none when no entry can be read (inspect reports that problem)."""
+    from pyspark_dstl.spark.operator_list import describe_operators
+
+    try:
+        latest = CommitLog(storage).latest()
+    except DstlError:
+        return []
+    return describe_operators(latest[1]) if latest is not None else []
 
 
 def _import_state(args: argparse.Namespace, out: TextIO) -> int:

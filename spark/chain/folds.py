@@ -66,7 +66,7 @@ def _hash_fold(values: pa.Array, groups: np.ndarray, n: int, kind: str, what: st
 def _check_long_sums(values: pa.Array, table: pa.Table, what: str) -> None:
     """Arrow's integer sums wrap around silently; Spark fails. Summed again in floating
     point, any group at or past 2^63 is an overflow."""
-    doubles = table.set_column(1, "v", values.cast(pa.float64()))
+    doubles = table.set_column(1, "v", values.cast(pa.float64(), safe=False))
     sums = doubles.group_by("g", use_threads=False).aggregate([("v", "sum")]).column("v_sum")
     largest = pc.max(pc.abs(sums)).as_py()
     if largest is not None and largest >= LONG_LIMIT:

@@ -245,6 +245,12 @@ def _function_of(read: Read, label: str) -> str:
             f"backend cannot reproduce value for value; count distinct values exactly with "
             f".dropDuplicates([<keys>, <column>]) followed by .groupBy(<keys>).count(), or "
             f"compute it on each batch in .writeStream.foreachBatch(...)")
+    if name not in FUNCTIONS and _holds_aggregate(read):
+        raise ChainedStepError(
+            f"{label}: {read.text} computes over aggregates, which is not supported after a "
+            f"stateful step on this backend; aggregate plainly (e.g. "
+            f"F.sum('v').alias('total')) and compute the rest in a stateless step after the "
+            f"aggregation, e.g. .withColumn('more', F.col('total') + 1)")
     if name not in FUNCTIONS:
         raise ChainedStepError(
             f"{label}: {read.text}: the aggregate function {read.call.name!r} is not supported "
@@ -252,6 +258,20 @@ def _function_of(read: Read, label: str) -> str:
             f"compute it on each batch in .writeStream.foreachBatch(...), or write this "
             f"output to a table and aggregate that in a second query")
     return name
+
+
+def _holds_aggregate(read: Read) -> bool:
+    """Whether an argument of the call, at any depth, is an aggregate function."""
+    if read.call is None:
+        return False
+    for argument in read.call.args:
+        if argument is STAR or isinstance(argument, Literal):
+            continue
+        inner = read_column(argument)
+        if inner.call is not None and (ALIASES.get(inner.call.name, inner.call.name)
+                                       in (*FUNCTIONS, APPROXIMATE) or _holds_aggregate(inner)):
+            return True
+    return False
 
 
 def _argument(template: Any, column: Any, function: str, name: str) -> Any:

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from pyspark_dstl.backend.faults import kill_point
 from pyspark_dstl.backend.lineage.commit_entry import CommitEntry
 from pyspark_dstl.backend.ops.batch_metrics import batch_metrics
 from pyspark_dstl.spark.chain.links import ChainLink, chained_name
@@ -30,12 +31,11 @@ from pyspark_dstl.spark.driver.stage_run import (
     run_stage,
     validate_stage,
 )
+from pyspark_dstl.spark.operator_list import CHAIN
 from pyspark_dstl.spark.spark_errors import CommitValidationError, PartitionCountError
 from pyspark_dstl.spark.stage.partition import TaskPlan
 from pyspark_dstl.spark.time.clock import INITIAL_WATERMARK_MS, BatchClock
 from pyspark_dstl.spark.time.modes import EVENT_TIME, PROCESSING_TIME
-
-CHAIN = "chain"  # commit entry extra: one record per chained operator, in order
 
 
 @dataclass(frozen=True)
@@ -109,6 +109,7 @@ class ChainedOperator:
         except CommitValidationError:
             self.owner.release(result)
             raise
+        kill_point("stage_done")
         return result
 
     def _clock(self, first: BatchClock | None, marks: ChainWatermarks) -> BatchClock:

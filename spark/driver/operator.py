@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pyspark_dstl.backend.faults import kill_point
 from pyspark_dstl.backend.lineage.commit_entry import CommitEntry, OperatorCommit
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
 from pyspark_dstl.backend.ops.batch_metrics import UploadProgress, batch_metrics
@@ -306,6 +307,7 @@ class StatefulOperator:
         except CommitValidationError:
             self.release(result)
             raise
+        kill_point("stage_done")
         return result
 
     def execute_chain(self, spark: Any, first: StageResult) -> list[StageResult]:
