@@ -142,6 +142,8 @@ def run(kills: int, seed: int, workdir: Path, storages: Sequence[str],
         chain_rounds: int = 0) -> dict[str, Any]:
     results: dict[str, Any] = {}
     share = max(1, kills // len(storages))
+    if not kills:  # chained rounds only
+        storages = ()
     if "file" in storages:
         root = workdir / "file"
         root.mkdir(parents=True, exist_ok=True)
