@@ -99,6 +99,11 @@ def plan_aggregation(source: StepInput, columns: Sequence[Any], exprs: Sequence[
         raise ChainedStepError(f"{label}: give at least one aggregate, e.g. .count() or "
                                f".agg(F.sum('v'))")
     template = source.template.groupBy(*group_by).agg(*exprs)  # Spark's analysis and errors
+    repeated = sorted({name for name in template.columns if template.columns.count(name) > 1})
+    if repeated:
+        raise ChainedStepError(
+            f"{label}: the output has several columns named {', '.join(map(repr, repeated))}; "
+            f"give each aggregate its own name with .alias(...)")
     fields = template.schema.fields
     group_fields, agg_fields = fields[:len(group_by)], fields[len(group_by):]
     parts, selections, session, event_part = _key_parts(group_by, group_fields, label)

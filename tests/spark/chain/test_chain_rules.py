@@ -163,3 +163,10 @@ def test_a_restart_with_another_chained_step_on_the_same_checkpoint_is_refused(
         F.window("at", "10 seconds")).agg(F.sum("v")), restart_after=None)
     with pytest.raises(StateSchemaError, match=r"operator 'stateful\.1' .*holds the state of"):
         run_chain(spark, sums, "dropin", tmp_path / "dropin")
+
+
+def test_two_aggregates_of_one_name_are_refused_with_the_alias_fix(dropin: Any,
+                                                                   tmp_path: Path) -> None:
+    grouped = relayed(dropin, tmp_path).groupBy(F.window("at", "10 seconds"))
+    with pytest.raises(ChainedStepError, match=r"several columns named 'count\(1\)'.*alias"):
+        grouped.agg(F.count("*"), F.count(F.lit(1)))
