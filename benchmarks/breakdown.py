@@ -77,7 +77,7 @@ def measure(ui: SparkUi, query: Any, stream: Any, task_stats: TaskStats) -> list
                  "jobs": [job for job in jobs if job.batch_id == batch_id]}
         if stream is not None:
             batch["dstl"] = ours[batch_id]
-            batch["tasks"] = task_stats.get((stream.operator.checkpoint, batch_id), [])
+            batch["tasks"] = task_stats.get((stream.operator.location, batch_id), [])
         batches.append(batch)
     return batches
 

@@ -121,8 +121,8 @@ class Run:
             conf = {"spark.dstl.stateStore.localDir": str(self.work / "local"),
                     "spark.dstl.query.logProgress": "false"}
             first = stateful(self.source()).group_by("user").process(
-                VectorizedNewest(), FIRST_OUTPUT, checkpoint=str(self.work / "dstl"),
-                partitions=self.plan["partitions"], conf=conf, time_mode="event_time",
+                VectorizedNewest(), FIRST_OUTPUT, checkpoint_location=str(self.work / "dstl"),
+                partitions=self.plan["partitions"], settings=conf, time_mode="event_time",
                 output_event_time="at")
             self.stream = (first.group_by(F.window("at", "10 seconds")).count()
                            .foreach_batch(sink))

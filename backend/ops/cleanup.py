@@ -57,7 +57,7 @@ class CleanableFiles(RemoteFiles, Protocol):
     """RemoteFiles plus what the cleanup needs from ChangelogService."""
 
     @property
-    def options(self) -> ChangelogSettings: ...
+    def settings(self) -> ChangelogSettings: ...
 
     @property
     def url(self) -> str: ...
@@ -66,7 +66,7 @@ class CleanableFiles(RemoteFiles, Protocol):
                                          dry_run: bool = False) -> list[ObjectInfo]: ...
 
 
-def default_incomplete_grace(options: ChangelogSettings) -> float:
+def default_incomplete_grace(settings: ChangelogSettings) -> float:
     """How old a temp file must be before it is taken for the leftover of a dead upload.
 
     An upload's temp file lives for one attempt (bounded by retry.attemptTimeout), though a
@@ -74,7 +74,7 @@ def default_incomplete_grace(options: ChangelogSettings) -> float:
     timeouts, and at least 5 minutes against paused processes and clock skew between hosts
     sharing a file system. Removing a live one would fail that attempt, never damage an object.
     """
-    return max(INCOMPLETE_GRACE_ATTEMPTS * options.attempt_timeout, MIN_INCOMPLETE_GRACE)
+    return max(INCOMPLETE_GRACE_ATTEMPTS * settings.attempt_timeout, MIN_INCOMPLETE_GRACE)
 
 
 @dataclass
@@ -116,7 +116,7 @@ class CleanupReport:
 class Cleaner:
     def __init__(self, storage: CleanableFiles, incomplete_grace: float | None = None) -> None:
         self._storage = storage
-        self._grace = (default_incomplete_grace(storage.options) if incomplete_grace is None
+        self._grace = (default_incomplete_grace(storage.settings) if incomplete_grace is None
                        else incomplete_grace)
         if not math.isfinite(self._grace) or self._grace < 0:
             raise BackendError(f"incomplete_grace must be a finite number of seconds >= 0, "
@@ -126,7 +126,7 @@ class Cleaner:
             commit_log: CommitLog | None = None, dry_run: bool = True,
             lease: WriteGuard | None = None) -> CleanupReport:
         """Clean every store the retained `entries` name; delete nothing when dry_run.
-        Deleting needs the lease of the run holding the root, checked before each delete."""
+        Deleting needs the lease of the run holding the location, checked before each delete."""
         if not dry_run and lease is None:
             raise BackendError("cleanup: deleting needs the lease of the run holding the "
                                "checkpoint")
@@ -267,9 +267,9 @@ def cleanup_checkpoint(storage: CleanableFiles, retain: int, *, dry_run: bool = 
 
     Temp files of uploads killed halfway, and attempts that never completed their commit, go
     once older than `incomplete_grace` seconds (default: default_incomplete_grace of the
-    storage's options). Deleting is done as the run holding the root: `lease`, or else the
+    storage's settings). Deleting is done as the run holding the location: `lease`, or else the
     run of this process that holds it, or else a run taken for the cleanup and let go after
-    it (CheckpointHeldError while another run holds the root: stop that run first).
+    it (CheckpointHeldError while another run holds the location: stop that run first).
     """
     commit_log = CommitLog(storage)
     cleaner = Cleaner(storage, incomplete_grace)

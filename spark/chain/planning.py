@@ -36,6 +36,7 @@ from pyspark_dstl.spark.chain.links import (
     ChainLink,
 )
 from pyspark_dstl.spark.chain.session_windows import SessionAggregationProcessor
+from pyspark_dstl.spark.pyspark_versions import arrow_schema
 from pyspark_dstl.spark.spark_errors import ChainedStepError
 from pyspark_dstl.spark.time.modes import EVENT_TIME, NO_TIME_MODE, PROCESSING_TIME
 from pyspark_dstl.spark.time.query_time import WATERMARK_METADATA
@@ -128,8 +129,8 @@ def plan_aggregation(source: StepInput, columns: Sequence[Any], exprs: Sequence[
 
     prepared = project(source.template)
     zone = str(source.template.sparkSession.conf.get("spark.sql.session.timeZone"))
-    arrow = _arrow_schema(prepared.schema, zone)
-    result_types = _arrow_schema(template.schema, zone)
+    arrow = arrow_schema(prepared.schema, zone)
+    result_types = arrow_schema(template.schema, zone)
     typed = tuple(dataclasses.replace(spec, result_type=result_types.field(spec.output).type,
                                       sum_type=_sum_type(spec, arrow))
                   for spec in specs)
@@ -311,12 +312,6 @@ def _placeholder() -> Any:
     import pyarrow as pa
 
     return pa.null()
-
-
-def _arrow_schema(schema: Any, zone: str) -> Any:
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    return to_arrow_schema(schema, timezone=zone)
 
 
 def _state_record(plan: AggregationPlan, kind: str) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from pyspark_dstl.spark.driver.stage_run import (
     validate_stage,
 )
 from pyspark_dstl.spark.operator_list import CHAIN
+from pyspark_dstl.spark.pyspark_versions import arrow_schema
 from pyspark_dstl.spark.spark_errors import CommitValidationError, PartitionCountError
 from pyspark_dstl.spark.stage.partition import TaskPlan
 from pyspark_dstl.spark.time.clock import INITIAL_WATERMARK_MS, BatchClock
@@ -51,8 +52,8 @@ class _Owner(Protocol):
     """What a chained operator needs of the query's first operator."""
 
     spec: Any
-    conf: Any
-    checkpoint: str
+    settings: Any
+    location: str
 
     def release(self, result: StageResult) -> None: ...
 
@@ -102,7 +103,7 @@ class ChainedOperator:
         clock = self._clock(first.clock, marks)
         plan = self._task_plan(keyed, first, clock, marks, key_types)
         result = run_stage(keyed, plan, self.link.processor, self.link.output_schema,
-                           self.owner.conf.query.output_mode, first.batch_id, base, clock,
+                           self.owner.settings.query.output_mode, first.batch_id, base, clock,
                            key_types, started)
         try:
             validate_stage(result)
@@ -123,23 +124,21 @@ class ChainedOperator:
 
     def _task_plan(self, keyed: Any, first: StageResult, clock: BatchClock,
                    marks: ChainWatermarks, key_types: list[str]) -> TaskPlan:
-        from pyspark.sql.pandas.types import to_arrow_schema
-
         zone = keyed.sparkSession.conf.get("spark.sql.session.timeZone")
         checked = self.link.emits_event_time if clock.event_time else None
-        conf = self.owner.conf
+        settings = self.owner.settings
         return TaskPlan(
-            checkpoint=self.owner.checkpoint, operator=self.name,
+            location=self.owner.location, operator=self.name,
             num_partitions=first.num_partitions, batch_id=first.batch_id, now_ms=clock.now_ms,
-            key_columns=self.link.key_columns, settings=conf.backend_settings,
-            input_schema=to_arrow_schema(keyed.schema, timezone=zone),
-            output_schema=to_arrow_schema(self.link.output_schema, timezone=zone),
+            key_columns=self.link.key_columns, settings=settings.backend_settings,
+            input_schema=arrow_schema(keyed.schema, zone),
+            output_schema=arrow_schema(self.link.output_schema, zone),
             bases={p: info.to_dict() for p, info in first.base.infos(self.name).items()},
             time_mode=clock.mode, watermark_ms=clock.watermark_ms,
             event_time_column=self.link.late_column,
             late_threshold_ms=clock.late_threshold_ms,
-            output_files=conf.query.output_mode == "files",
-            inline_bytes=conf.query.output_inline_bytes,
+            output_files=settings.query.output_mode == "files",
+            inline_bytes=settings.query.output_inline_bytes,
             key_types=tuple(key_types), key_groups=first.key_groups,
             output_event_time=checked, output_late_ms=marks.late_ms if checked else None)
 
@@ -149,7 +148,7 @@ class ChainedOperator:
         recorded = self.recorded(base.entry)
         if recorded is not None and list(recorded.get("key_types") or types) != types:
             raise PartitionCountError(
-                f"checkpoint {self.owner.checkpoint!r}, operator {self.name!r} "
+                f"checkpoint {self.owner.location!r}, operator {self.name!r} "
                 f"({self.link.label}): written with key column types "
                 f"{list(recorded['key_types'])}; the query has {types}: cast the key columns "
                 f"back (Spark hashes other types to other partitions)")

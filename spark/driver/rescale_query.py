@@ -67,7 +67,7 @@ class Rescaled:
     record: dict[str, Any]
 
 
-def recorded_key_types(entry: CommitEntry, url: str) -> tuple[str, ...]:
+def recorded_key_types(entry: CommitEntry, location: str) -> tuple[str, ...]:
     """The key columns' Spark types; only a migration from the hash layout needs them (a
     range rescale decodes no key), so an entry of key groups may lack them."""
     types = entry.extra.get(KEY_TYPES)
@@ -75,7 +75,7 @@ def recorded_key_types(entry: CommitEntry, url: str) -> tuple[str, ...]:
         if key_groups_in(entry.extra) is not None:
             return ()
         raise RescaleError(
-            f"checkpoint {url!r}: batch {entry.batch_id}'s commit entry does not record the "
+            f"checkpoint {location!r}: batch {entry.batch_id}'s commit entry does not record the "
             f"key columns' Spark types (written before rescaling existed), which migrating it "
             f"to key groups needs: pass --key-types (e.g. --key-types bigint,string, in key "
             f"column order), or start the query with its old partition count once and "
@@ -83,18 +83,18 @@ def recorded_key_types(entry: CommitEntry, url: str) -> tuple[str, ...]:
     return tuple(str(t) for t in types)
 
 
-def operators_of(entry: CommitEntry, url: str, operator: str | None) -> list[str]:
+def operators_of(entry: CommitEntry, location: str, operator: str | None) -> list[str]:
     """The operators to rescale: the one named, else every operator of the batch (the steps
     of a chain share one partition count)."""
     if operator is not None:
         if operator not in entry.operators:
-            raise RescaleError(f"checkpoint {url!r}: batch {entry.batch_id} has no operator "
+            raise RescaleError(f"checkpoint {location!r}: batch {entry.batch_id} has no operator "
                                f"{operator!r} (has {sorted(entry.operators)})")
         return [operator]
     return list(entry.operators)
 
 
-def rescale(options: BackendSettings, url: str, entry: CommitEntry, operator: str,
+def rescale(settings: BackendSettings, location: str, entry: CommitEntry, operator: str,
             partitions: int, key_types: Sequence[str], mode: str) -> Rescaled:
     """The stores of `entry`'s operator, redistributed over `partitions` in key groups (in
     this process): ranges moved, or, from the hash layout, every key migrated."""
@@ -103,14 +103,15 @@ def rescale(options: BackendSettings, url: str, entry: CommitEntry, operator: st
     try:
         check_partitions(partitions, groups or KEY_GROUPS)
     except ValueError as exc:
-        raise RescaleError(f"checkpoint {url!r}, operator {operator!r}: {exc}: choose at most "
+        raise RescaleError(f"checkpoint {location!r}, operator {operator!r}: {exc}: choose at most "
                            f"{groups or KEY_GROUPS} partitions") from exc
     if groups is None:
         place = HashLayoutMigration(key_types, partitions, KEY_GROUPS)
-        infos, stats = rescale_stores(options, url, operator, commit.stores, partitions, place)
+        infos, stats = rescale_stores(settings, location, operator, commit.stores, partitions,
+                                      place)
         method, groups = "keys: migrated from the hash layout to key groups", KEY_GROUPS
     else:
-        infos, stats = rescale_ranges(options, url, operator, commit.stores, partitions,
+        infos, stats = rescale_ranges(settings, location, operator, commit.stores, partitions,
                                       groups, key_offset)
         method = "ranges of key groups"
     record = {"batch_id": entry.batch_id, "from_partitions": commit.num_partitions,
@@ -133,32 +134,32 @@ def rescaled_entry(entry: CommitEntry, operator: str, rescaled: Rescaled,
     return dataclasses.replace(entry, operators=operators, extra=extra, writer=None)
 
 
-def rescale_offline(storage: ChangelogService, options: BackendSettings,
+def rescale_offline(storage: ChangelogService, settings: BackendSettings,
                     fencing: FencingSettings, partitions: int, *, operator: str | None = None,
                     key_types: Sequence[str] | None = None) -> dict[str, Any]:
     """Rescale the newest committed batch of a stopped query; returns the rescale record
     (`changed` False when the checkpoint already has that many partitions)."""
-    url = storage.url
+    location = storage.url
     lease = acquire(storage, fencing, purpose="rescale")
     try:
         log = CommitLog(storage)
         latest = log.latest()
         if latest is None:
-            raise RescaleError(f"checkpoint {url!r} has no committed batch: there is no state "
+            raise RescaleError(f"checkpoint {location!r} has no committed batch: there is no state "
                                f"to rescale (start the query with the partition count you "
                                f"want)")
         batch_id, entry = latest
-        names = operators_of(entry, url, operator)
+        names = operators_of(entry, location, operator)
         moving = [name for name in names if needs_rescale(entry, name, partitions)]
         if not moving:
             return {"changed": False, "batch_id": batch_id, "partitions": partitions,
                     "operator": ", ".join(names), "key_groups": key_groups_in(entry.extra)}
         first = names[0]
-        types = tuple(key_types) if key_types else recorded_key_types(entry, url)
+        types = tuple(key_types) if key_types else recorded_key_types(entry, location)
         record: dict[str, Any] = {}
         for name in moving:  # every operator's new stores, then one entry naming them all
             own = types if name == first else ()
-            rescaled = rescale(options, url, entry, name, partitions, own, "offline")
+            rescaled = rescale(settings, location, entry, name, partitions, own, "offline")
             entry = rescaled_entry(entry, name, rescaled, own)
             record = record or rescaled.record
         path = log.write(batch_id, entry, lease=lease, rerun=True)
@@ -167,16 +168,16 @@ def rescale_offline(storage: ChangelogService, options: BackendSettings,
         lease.release("rescale finished")
 
 
-def rescale_in_child(settings: Mapping[str, str], url: str, entry: CommitEntry, operator: str,
-                     partitions: int, key_types: Sequence[str]) -> Rescaled:
+def rescale_in_child(settings: Mapping[str, str], location: str, entry: CommitEntry,
+                     operator: str, partitions: int, key_types: Sequence[str]) -> Rescaled:
     """`rescale` in a child process: the driver never opens RocksDB itself."""
-    request = {"settings": dict(settings), "url": url, "entry": entry.to_dict(),
+    request = {"settings": dict(settings), "location": location, "entry": entry.to_dict(),
                "operator": operator, "partitions": partitions, "key_types": list(key_types)}
     done = subprocess.run([sys.executable, "-m", __name__], input=json.dumps(request),
                           capture_output=True, text=True, env=os.environ.copy(), check=False)
     if done.returncode != 0:
         tail = done.stderr.strip().splitlines()[-1:] or [f"exit status {done.returncode}"]
-        raise RescaleError(f"checkpoint {url!r}: rescaling operator {operator!r} to "
+        raise RescaleError(f"checkpoint {location!r}: rescaling operator {operator!r} to "
                            f"{partitions} partition(s) failed: {tail[0]} (the checkpoint "
                            f"keeps its old layout; a restart tries again)")
     answer = json.loads(done.stdout.strip().splitlines()[-1])
@@ -186,9 +187,9 @@ def rescale_in_child(settings: Mapping[str, str], url: str, entry: CommitEntry, 
 
 def _child_main() -> None:
     request = json.loads(sys.stdin.read())
-    options = BackendSettings.from_mapping(request["settings"])
+    settings = BackendSettings.from_mapping(request["settings"])
     entry = CommitEntry.from_dict(request["entry"])
-    done = rescale(options, request["url"], entry, request["operator"],
+    done = rescale(settings, request["location"], entry, request["operator"],
                    int(request["partitions"]), request["key_types"], "online")
     print(json.dumps({"infos": {str(p): info.to_dict() for p, info in done.infos.items()},
                       "record": done.record}))

@@ -128,7 +128,7 @@ def run_stage(keyed: Any, plan: TaskPlan, processor: AnyProcessor, output_schema
     output, staged = stage.output, None
     if plan.output_files and output is not None:
         parts = tuple(r.output for _, r in sorted(reports.items()) if r.output is not None)
-        staged = StagedOutput(plan.checkpoint, plan.settings, plan.output_schema, parts, output)
+        staged = StagedOutput(plan.location, plan.settings, plan.output_schema, parts, output)
         output = None
     return StageResult(batch_id, base, plan.num_partitions, output, reports,
                        time.monotonic() - started, stage.cached, clock, staged,

@@ -5,27 +5,31 @@ The switch replaces the two methods on PySpark's GroupedData classes (classic an
 Connect). On a batch DataFrame the replacement calls PySpark's own method, so batch queries
 keep Spark's operator; on a streaming DataFrame it returns a `StatefulDataFrame`, which stands in
 for the DataFrame up to the sink. Installing twice changes nothing; `uninstall` puts PySpark's
-methods back.
+methods back. A method the installed PySpark lacks (the Row API before 4.1, both methods in
+4.0's Spark Connect client) is refused by name while the switch is on, with the version and what
+to use instead (an AttributeError still, so `hasattr` answers as PySpark would).
 """
 
 from __future__ import annotations
 
 import functools
-import importlib
 import inspect
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from pyspark_dstl.core.by_name import load_by_name
+from pyspark_dstl.spark.pyspark_versions import missing_transform_method
 from pyspark_dstl.spark.readers.discovery import warn_if_undiscoverable
 from pyspark_dstl.spark.spark_errors import DropInUsageError
 from pyspark_dstl.spark.switch.frame import StatefulDataFrame
 
 ENTRY_POINTS = ("transformWithStateInPandas", "transformWithState")
 ROWS_AS = {"transformWithStateInPandas": "pandas", "transformWithState": "rows"}
-GROUPED_DATA_CLASSES = (("pyspark.sql.group", "GroupedData"),
-                        ("pyspark.sql.connect.group", "GroupedData"))
+GROUPED_DATA_CLASSES = ("pyspark.sql.group:GroupedData",
+                        "pyspark.sql.connect.group:GroupedData")
 _ABSENT = object()
+GETATTR = "__getattr__"
 
 _lock = threading.Lock()
 # (class, method name) -> what the class itself held before install (or _ABSENT when the
@@ -43,6 +47,10 @@ def install() -> None:
                     continue
                 _replaced[(cls, name)] = cls.__dict__.get(name, _ABSENT)
                 setattr(cls, name, _entry(name, getattr(cls, name)))
+            missing = frozenset(name for name in ENTRY_POINTS if not hasattr(cls, name))
+            if missing and (cls, GETATTR) not in _replaced and not hasattr(cls, GETATTR):
+                _replaced[(cls, GETATTR)] = _ABSENT
+                setattr(cls, GETATTR, _refusing_getattr(cls.__module__, missing))
 
 
 def uninstall() -> None:
@@ -62,12 +70,21 @@ def installed() -> bool:
 
 
 def _grouped_data_classes() -> Iterator[type]:
-    for module_name, class_name in GROUPED_DATA_CLASSES:
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError:  # Spark Connect's client needs grpc; without it, classic only
-            continue
-        yield getattr(module, class_name)
+    for path in GROUPED_DATA_CLASSES:
+        cls = load_by_name(path, "PySpark's GroupedData", DropInUsageError, if_importable=True)
+        if cls is not None:  # Spark Connect's client needs grpc; without it, classic only
+            yield cls
+
+
+def _refusing_getattr(module: str, missing: frozenset[str]) -> Callable[[Any, str], Any]:
+    """A __getattr__ that names the version for the methods this PySpark lacks."""
+
+    def __getattr__(grouped: Any, name: str) -> Any:
+        if name in missing:
+            raise missing_transform_method(module, name)
+        raise AttributeError(f"{type(grouped).__name__!r} object has no attribute {name!r}")
+
+    return __getattr__
 
 
 def _entry(name: str, pyspark_method: Callable[..., Any]) -> Callable[..., Any]:

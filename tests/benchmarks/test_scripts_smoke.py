@@ -29,6 +29,7 @@ TINY = {
     "write_path": ["--keys", "2000", "--rounds", "2"],
     "recovery": ["--keys", "400", "--rounds", "1"],
     "space": ["--keys", "400", "--batches", "12"],
+    "worker_memory": ["--keys", "2000", "--stores", "1,2", "--batches", "2"],
     "spark_e2e": ["--shape", "1e6", "--modes", "a2,b,d,e", "--files", "2"],
     "spark_timers": ["--modes", "vectorized,tws", "--keys", "400", "--fire-batches", "2"],
     "spark_output": ["--files", "1", "--rows-per-file", "500"],
@@ -166,6 +167,15 @@ def test_space_measures_storage_after_every_batch_for_each_retention(runs: Runs)
     assert [g["benchmark"] for g in result["goals"]] == [
         "5. space (minBatchesToRetain=5)", "5. space (minBatchesToRetain=10)"]
     assert (out / "space.png").stat().st_size > 0
+
+
+def test_worker_memory_measures_each_store_count_in_a_process_of_its_own(runs: Runs) -> None:
+    result, _ = runs.result("worker_memory")
+    samples = result["samples"]
+    assert [r["stores"] for r in samples] == [1, 2]
+    for run in samples:
+        assert 0 < run["baseline"] < run["loaded"] <= run["peak"]
+        assert run["steady"] <= run["peak"]
 
 
 @pytest.mark.spark

@@ -65,7 +65,7 @@ def test_a_chain_on_the_builder_gives_the_switchs_batches(spark: Any, tmp_path: 
         restart_after=None), "dropin", tmp_path / "switch")
     first = stateful(source(spark, tmp_path / "in")).group_by("k").transformWithStateInPandas(
         RelayWithCloser(), RELAY_SCHEMA, "Append", "EventTime", eventTimeColumnName="at",
-        checkpoint=str(tmp_path / "checkpoint"), conf={"query.logProgress": "false"},
+        checkpoint_location=str(tmp_path / "checkpoint"), settings={"query.logProgress": "false"},
         partitions=2)
     counts = (first.group_by(F.window("at", "10 seconds")).agg(F.count("*").alias("rows"))
               .transform(lambda frame: frame.withColumn("twice", F.col("rows") * 2)))
@@ -75,8 +75,9 @@ def test_a_chain_on_the_builder_gives_the_switchs_batches(spark: Any, tmp_path: 
 def test_the_librarys_own_processor_starts_a_chain_with_output_event_time(
         spark: Any, tmp_path: Path) -> None:
     first = stateful(source(spark, tmp_path / "in")).group_by("k").process(
-        Forward(), "k string, v long, at timestamp", checkpoint=str(tmp_path / "checkpoint"),
-        time_mode="event_time", output_event_time="at", conf={"query.logProgress": "false"},
+        Forward(), "k string, v long, at timestamp",
+        checkpoint_location=str(tmp_path / "checkpoint"),
+        time_mode="event_time", output_event_time="at", settings={"query.logProgress": "false"},
         partitions=2)
     totals = first.drop_duplicates(["k", "at"]).group_by("k").agg(
         F.sum("v").alias("total")).output_mode("update")
@@ -95,7 +96,8 @@ def test_the_librarys_own_processor_starts_a_chain_with_output_event_time(
 def test_output_mode_rules_hold_on_the_builder_when_the_query_starts(spark: Any,
                                                                      tmp_path: Path) -> None:
     first = stateful(source(spark, tmp_path / "in")).group_by("k").process(
-        Forward(), "k string, v long, at timestamp", checkpoint=str(tmp_path / "checkpoint"),
+        Forward(), "k string, v long, at timestamp",
+        checkpoint_location=str(tmp_path / "checkpoint"),
         time_mode="event_time", output_event_time="at")
     counts = first.group_by("k").count()  # no event time in the key: not in append mode
     with pytest.raises(ChainedStepError, match=r"Invalid streaming output mode: append"):
