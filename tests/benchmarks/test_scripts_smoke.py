@@ -35,6 +35,7 @@ TINY = {
     "spark_output": ["--files", "1", "--rows-per-file", "500"],
     "rescale": ["--keys", "2000", "--rounds", "1"],
     "change_feed": ["--keys", "500", "--files", "2", "--rows", "600"],
+    "spark_chain": ["--files", "2"],
 }
 RESULTS = {"spark_e2e": "spark_e2e_1e6"}  # scripts whose results file is named after the shape
 SCRIPT_TIMEOUT = 240
@@ -208,6 +209,17 @@ def test_spark_timers_fire_the_same_timers_in_every_contender(runs: Runs) -> Non
         "7. PySpark timers (a) dstl vectorized"]
     assert set(result["in_process"]) == {"vectorized"}
     assert (out / "spark_timers.png").stat().st_size > 0
+
+
+@pytest.mark.spark
+def test_spark_chain_contenders_agree_batch_by_batch(runs: Runs) -> None:
+    result, out = runs.result("spark_chain")
+    assert "outputs of all contenders agree batch by batch (windows and their counts)" in \
+        result["notes"]
+    assert {mode: v["rows"] for mode, v in result["samples"].items()} == {
+        "a": 1000, "a2": 1000, "b": 1000}
+    assert [goal["benchmark"] for goal in result["goals"]] == ["11. Chained query, the switch"]
+    assert (out / "spark_chain.png").stat().st_size > 0
 
 
 @pytest.mark.spark
