@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
 from pyspark_dstl.backend.faults import kill_point
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
@@ -42,9 +42,7 @@ from pyspark_dstl.changelog.changelog_errors import (
 )
 from pyspark_dstl.materializer.remote import RemoteFiles
 from pyspark_dstl.spark.codec.schema_history import check_against_history
-
-if TYPE_CHECKING:
-    from pyspark_dstl.spark.driver.operator import StatefulOperator
+from pyspark_dstl.spark.driver.query_lease import LeaseHolder, hold
 from pyspark_dstl.spark.spark_errors import StateSchemaError
 
 
@@ -107,7 +105,18 @@ def _record(storage: RemoteFiles, operator: str, records: Mapping[int, SchemaRec
 # ---- the operator's side ---------------------------------------------------------------------
 
 
-def _processors(operator: StatefulOperator) -> list[tuple[str, Any]]:
+class SchemaOwner(LeaseHolder, Protocol):
+    """What settling needs of the query's operator (driver/operator.py): its first step, the
+    steps chained after it, its location and storage. A protocol, so that the operator imports
+    this module and not the other way round."""
+
+    spec: Any
+    chained: tuple[Any, ...]
+    location: str
+    _chain_checked: bool
+
+
+def _processors(operator: SchemaOwner) -> list[tuple[str, Any]]:
     """(operator name, processor) of every operator of the query: the first stateful step
     and each step chained after it."""
     found = [(operator.spec.name, operator.spec.processor)]
@@ -116,7 +125,7 @@ def _processors(operator: StatefulOperator) -> list[tuple[str, Any]]:
     return found
 
 
-def settle_operator(operator: StatefulOperator) -> SchemaHistory | None:
+def settle_operator(operator: SchemaOwner) -> SchemaHistory | None:
     """Settle the schemas of every processor of the query that declares any (a PySpark
     processor: the first step, a chained transformWithState), hand each history to its
     processor for the tasks, and check that the chained steps' state is the recorded one.
@@ -127,9 +136,7 @@ def settle_operator(operator: StatefulOperator) -> SchemaHistory | None:
         declared = getattr(processor, "declarations", None)
         if not isinstance(declared, Declarations):
             continue
-        from pyspark_dstl.spark.driver import query_lease as fencing
-
-        fencing.hold(operator).check("settle the state schemas")
+        hold(operator).check("settle the state schemas")
         history = settle(operator._storage(), name, declared)
         cast(Any, processor).history = history  # a PySpark processor's adapter keeps it
         if position == 0:
@@ -137,7 +144,7 @@ def settle_operator(operator: StatefulOperator) -> SchemaHistory | None:
     return first
 
 
-def ensure_settled(operator: StatefulOperator) -> None:
+def ensure_settled(operator: SchemaOwner) -> None:
     """Before a batch of an operator run without `start()` (run_batch, a Connect server's
     foreachBatch): settle once."""
     unsettled = [processor for _, processor in _processors(operator)
@@ -147,14 +154,14 @@ def ensure_settled(operator: StatefulOperator) -> None:
         settle_operator(operator)
 
 
-def commit_extra(operator: StatefulOperator) -> dict[str, Any]:
+def commit_extra(operator: SchemaOwner) -> dict[str, Any]:
     """What a commit entry records: the schema id each operator's batch wrote with."""
     ids = {name: processor.history.current for name, processor in _processors(operator)
            if isinstance(getattr(processor, "history", None), SchemaHistory)}
     return {COMMIT_EXTRA: ids} if ids else {}
 
 
-def check_chain(operator: StatefulOperator) -> None:
+def check_chain(operator: SchemaOwner) -> None:
     """The state of each chained step must be what the newest commit recorded for the
     operator of that name (its kind, keys and aggregate buffers): a query whose steps after
     the first changed would read one step's state as another's. Refused on the driver,
