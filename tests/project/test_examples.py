@@ -41,7 +41,6 @@ def test_main_job_closes_silent_sessions_and_its_self_checks_pass(
     assert len(checks) >= 3 and all(line.startswith("ok ") for line in checks), out[-2000:]
 
 
-@pytest.mark.version
 def test_main_job_keeps_its_table_readable_and_logs_json_lines_to_a_file(
         main_job: MainJobRun) -> None:
     tmp_path, done = main_job

@@ -45,7 +45,6 @@ def test_the_switched_query_gives_the_same_batches_as_pyspark(
     assert_same_batches(expected, actual)
 
 
-@pytest.mark.version
 def test_switched_processing_time_timers_fire_as_pysparks_across_restarts(
         spark: Any, tmp_path: Path) -> None:
     runs = run_steps(spark, PROCESSING_TIMERS, Workspace(tmp_path),
