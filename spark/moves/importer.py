@@ -51,6 +51,7 @@ from pyspark_dstl.spark.processors.declarations import declaring_handle
 from pyspark_dstl.spark.processors.processor import StatefulProcessor, StatefulProcessorHandle
 from pyspark_dstl.spark.pyspark_api.pyspark_state import CompatHandle, SchemaBook, ttl_ms_of
 from pyspark_dstl.spark.query_settings import QUERY_PREFIX, DstlSettings
+from pyspark_dstl.spark.readers.routing import sparks_own_state_reads
 from pyspark_dstl.spark.time.clock import TimeSpec
 from pyspark_dstl.spark.time.modes import time_mode_of
 from pyspark_dstl.spark.time.timers import MIN_EXPIRY_MS
@@ -130,7 +131,8 @@ def read_operator(spark: Any, checkpoint: SparkCheckpoint, batch_id: int) -> Spa
             f"Spark checkpoint {str(checkpoint.root)!r} has no state/ directory: its query has "
             f"no stateful operator, so there is no transformWithState state to import")
     try:
-        rows = spark.read.format("state-metadata").load(str(checkpoint.root)).collect()
+        with sparks_own_state_reads():
+            rows = spark.read.format("state-metadata").load(str(checkpoint.root)).collect()
     except Exception as exc:  # Spark's AnalysisException and friends
         raise NoTransformWithStateError(
             f"Spark checkpoint {str(checkpoint.root)!r}: Spark's state-metadata reader cannot "
@@ -271,7 +273,8 @@ def import_records(spark: Any, checkpoint: SparkCheckpoint, operator: SparkOpera
                 .option("operatorId", operator.operator_id))
         for key, value in options.items():
             read = read.option(key, value)
-        return read.load(str(checkpoint.root))
+        with sparks_own_state_reads():
+            return read.load(str(checkpoint.root))
 
     none = F.lit(None).cast("long")
     parts: list[Any] = []

@@ -12,7 +12,9 @@ option fails at `load()` with Spark's error, as Spark's source fails there.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from pyspark_dstl.spark.pyspark_versions import register_data_source
@@ -31,6 +33,20 @@ SPARK_STATE_SOURCES = {
 }
 SOURCES = (statestore.StateStoreSource, state_metadata.StateMetadataSource,
            change_stream.ChangeStreamSource)
+_sparks_own = threading.local()
+
+
+@contextmanager
+def sparks_own_state_reads() -> Iterator[None]:
+    """Inside (this thread): reads of Spark's state sources go to Spark's own, whatever the
+    location holds. A move reads the Spark checkpoint it moves, which already holds this
+    backend's first commit when an in-place move killed after its commit is finished."""
+    before = getattr(_sparks_own, "on", False)
+    _sparks_own.on = True
+    try:
+        yield
+    finally:
+        _sparks_own.on = before
 
 
 def register_state_sources(spark: Any) -> None:
@@ -45,6 +61,8 @@ def routed_read(spark: Any, source: str | None, path: Any,
     """(this backend's source, the options to add) for a read that should come here, or None
     for Spark's own source. `options` are the read's options so far (any case)."""
     if source is None or str(source).strip().lower() not in SPARK_STATE_SOURCES:
+        return None
+    if getattr(_sparks_own, "on", False):
         return None
     if path is None:
         path = next((value for key, value in options.items() if str(key).lower() == "path"),
