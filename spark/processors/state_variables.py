@@ -134,6 +134,33 @@ class ValueState(_StateVariable):
     def exists(self) -> bool:
         return self._lookup(self._context.require_current(self.name))[0]
 
+    def raw(self) -> bytes | None:
+        """The current key's stored bytes as they are (None: absent), expiry not looked at:
+        for codecs that decode the common case themselves and leave the rest to get()."""
+        key = self._context.current
+        if key is None:
+            key = self._context.require_current(self.name)
+        prefetched = self._prefetched
+        raw: Any = _MISSING if prefetched is None else prefetched.get(key, _MISSING)
+        if raw is _MISSING:
+            raw = self._raw(key)
+        return raw
+
+    def update_raw(self, raw: bytes) -> None:
+        """Store `raw`, already encoded (an expiry included: see `expiry_ms`), as the
+        current key's value."""
+        key = self._context.current
+        if key is None:
+            key = self._context.require_current(self.name)
+        self._store.put(key, raw, self.cf)
+        prefetched = self._prefetched
+        if prefetched is not None:
+            prefetched[key] = raw
+
+    def expiry_ms(self) -> int | None:
+        """When a value written now expires (epoch ms); None without a TTL."""
+        return self._expiry()
+
     def update(self, value: Any) -> None:
         context = self._context
         key = context.current
