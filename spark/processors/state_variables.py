@@ -11,6 +11,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
+from pyspark_dstl.spark.codec.value_columns import decode_column, encode_column
 from pyspark_dstl.spark.codec.values import (
     Expiring,
     decode_user_key,
@@ -184,9 +187,17 @@ class ValueState(_StateVariable):
         """The value of every key (`default` where absent or expired), in order."""
         encoded = self._context.encode_keys(keys)
         now, name = self._context.now_ms, self.name
-        result: list[Any] = []
+        stored = self._store.multi_get(encoded, self.cf)
+        column = decode_column(stored)  # numbers or flags without expiry: a column at once
+        if column is not None:
+            values, present = column
+            result = values.tolist()
+            for index in np.flatnonzero(~present).tolist():
+                result[index] = default
+            return result
+        result = []
         expired: list[bytes] = []
-        for key, raw in zip(encoded, self._store.multi_get(encoded, self.cf), strict=True):
+        for key, raw in zip(encoded, stored, strict=True):
             if raw is None:
                 result.append(default)
                 continue
@@ -203,12 +214,15 @@ class ValueState(_StateVariable):
     def update_many(self, keys: Sequence[Sequence[Any]], values: Iterable[Any]) -> None:
         encoded = self._context.encode_keys(keys)
         expiry, name = self._expiry(), self.name
-        values = list(values)
+        if not isinstance(values, np.ndarray):
+            values = list(values)
         if len(values) != len(encoded):
             raise StateVariableError(f"state {name}: update_many got {len(encoded)} keys and "
                                      f"{len(values)} values")
-        self._store.put_many(keys=encoded, values=[encode_value(value, expiry, name)
-                                                   for value in values], cf=self.cf)
+        column = encode_column(values) if expiry is None else None  # a column at once
+        if column is None:
+            column = [encode_value(value, expiry, name) for value in values]
+        self._store.put_many(keys=encoded, values=column, cf=self.cf)
 
     def clear_many(self, keys: Sequence[Sequence[Any]]) -> None:
         self._store.remove_many(self._context.encode_keys(keys), self.cf)
