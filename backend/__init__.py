@@ -7,48 +7,34 @@
         store.put(b"k", b"v")
         info = store.commit()          # a StoreCommit: exactly what a checkpoint records
 
-Streaming queries use `pyspark_dstl.spark` (or the `pyspark_dstl` facade).
+Streaming queries use `pyspark_dstl.spark` (or the `pyspark_dstl` facade). The names here
+load on first use: importing the package imports none of its rooms.
 """
 
-from pyspark_dstl.backend.backend_errors import (
-    BackendError,
-    CommitLogCorruptError,
-    CommitLogError,
-    CorruptCheckpointError,
-    LineageError,
-    ProviderError,
-    StateStoreClosedError,
-    StoreIdError,
-    StoreLockedError,
-)
-from pyspark_dstl.backend.backend_settings import BackendSettings
-from pyspark_dstl.backend.lineage.commit_entry import CommitEntry, OperatorCommit
-from pyspark_dstl.backend.lineage.commit_log import CommitLog
-from pyspark_dstl.backend.lineage.store_commit import StoreCommit
-from pyspark_dstl.backend.ops.cleanup import CleanupReport, cleanup_checkpoint
-from pyspark_dstl.backend.store.api import StateStore, StateStoreProvider
-from pyspark_dstl.backend.store.registry import load_provider_class
-from pyspark_dstl.backend.store.state_backend import StateBackend
+from __future__ import annotations
 
-__all__ = [
-    "BackendError",
-    "BackendSettings",
-    "CleanupReport",
-    "CommitEntry",
-    "CommitLog",
-    "CommitLogCorruptError",
-    "CommitLogError",
-    "CorruptCheckpointError",
-    "LineageError",
-    "OperatorCommit",
-    "ProviderError",
-    "StateBackend",
-    "StateStore",
-    "StateStoreClosedError",
-    "StateStoreProvider",
-    "StoreCommit",
-    "StoreIdError",
-    "StoreLockedError",
-    "cleanup_checkpoint",
-    "load_provider_class",
-]
+from typing import Any
+
+from pyspark_dstl.core.lazy_names import by_module, load_lazy_name
+
+_NAMES = by_module({
+    "pyspark_dstl.backend.backend_errors": (
+        "BackendError", "CommitLogCorruptError", "CommitLogError", "CorruptCheckpointError",
+        "LineageError", "ProviderError", "StateStoreClosedError", "StoreIdError", "StoreLockedError"
+    ),
+    "pyspark_dstl.backend.backend_settings": ("BackendSettings",),
+    "pyspark_dstl.backend.lineage.commit_entry": ("CommitEntry", "OperatorCommit"),
+    "pyspark_dstl.backend.lineage.commit_log": ("CommitLog",),
+    "pyspark_dstl.backend.lineage.store_commit": ("StoreCommit",),
+    "pyspark_dstl.backend.ops.cleanup": ("cleanup_checkpoint", "CleanupReport"),
+    "pyspark_dstl.backend.store.api": ("StateStore", "StateStoreProvider"),
+    "pyspark_dstl.backend.store.registry": ("load_provider_class",),
+    "pyspark_dstl.backend.store.state_backend": ("StateBackend",),
+})
+
+
+def __getattr__(name: str) -> Any:
+    return load_lazy_name(__name__, _NAMES, name)
+
+
+__all__ = sorted(_NAMES)

@@ -25,6 +25,11 @@ class CorruptCheckpointError(BackendError):
     """A checkpoint file or record is unreadable or inconsistent; names the file."""
 
 
+class SchemaRecordError(CorruptCheckpointError):
+    """A state schema record cannot be listed or read, is damaged or foreign, or a record the
+    committed state reads through is missing; names the file."""
+
+
 class ProviderError(BackendError):
     """A provider class path cannot be loaded or is not a StateStoreProvider."""
 
@@ -51,9 +56,9 @@ class UncommittedAttemptError(LineageError):
 
 
 class CheckpointHeldError(BackendError):
-    """Another run holds the checkpoint root; names the root and that run."""
+    """Another run holds the checkpoint location; names the location and that run."""
 
 
 class FencedError(BackendError):
-    """This run no longer holds the checkpoint root (a newer run took it over); it must stop
-    before it commits or deletes anything. Names the root, this run and the newer one."""
+    """This run no longer holds the checkpoint location (a newer run took it over); it must stop
+    before it commits or deletes anything. Names the location, this run and the newer one."""

@@ -23,7 +23,7 @@ from pyspark_dstl.core.settings import (
 from pyspark_dstl.core.units import MIB
 from pyspark_dstl.materializer.materializer_settings import MaterializerSettings
 
-CONF_PREFIX = "spark.dstl."
+SETTINGS_PREFIX = "spark.dstl."
 DEFAULT_PROVIDER = "pyspark_dstl.backend.store.rocksdb_provider.RocksDBChangelogProvider"
 CHANGELOG_SECTION = "changelog."
 MATERIALIZATION_SECTION = "materialization."
@@ -39,7 +39,7 @@ class FencingSettings(Settings):
     third of `lease_duration`; a run that finds the holder's renewals stopped for a whole
     `lease_duration` (by its own clock) presumes it dead and takes over."""
 
-    SECTION = Section(CONF_PREFIX + FENCING_SECTION, "fencing")
+    SECTION = Section(SETTINGS_PREFIX + FENCING_SECTION, "fencing")
 
     lease_duration: float = setting(
         "leaseDuration", DURATION, 30.0,
@@ -59,7 +59,7 @@ def default_local_dir() -> str:
 class BackendSettings(Settings):
     """Sizes in bytes, durations in seconds; the changelog and materialization sections nest."""
 
-    SECTION = Section(CONF_PREFIX, "state backend")
+    SECTION = Section(SETTINGS_PREFIX, "state backend")
 
     provider_class: str = setting(
         "stateStore.providerClass", TEXT, DEFAULT_PROVIDER,
@@ -71,6 +71,12 @@ class BackendSettings(Settings):
         "Committed versions kept restorable. Cleanup deletes only what no retained "
         "checkpoint references, and only below the oldest retained version. At least 2: a run "
         "taken over keeps the batch it may still be recovering.", at_least=2)
+    max_batches_held_for_feeds: int = setting(
+        "stateStore.maxBatchesHeldForFeeds", INT, 1000,
+        "Committed batches beyond `minBatchesToRetain` that cleanup keeps for a change feed "
+        "(`spark.readStream.format(\"dstl-changes\")`) that has not read them yet; a feed "
+        "further behind is let go and fails by name at its next read. `0`: feeds hold "
+        "nothing back ([state-data.md](state-data.md)).", at_least=0)
     local_dir: str = setting(
         "stateStore.localDir", TEXT, factory=default_local_dir,
         doc="Per-host directory for open RocksDB instances, restore caches and local "
@@ -135,6 +141,6 @@ class BackendSettings(Settings):
     fencing: FencingSettings = subsection(FencingSettings, FENCING_SECTION)
 
 
-BACKEND_CONF_KEYS: dict[str, str] = setting_keys(BackendSettings)
+BACKEND_SETTING_KEYS: dict[str, str] = setting_keys(BackendSettings)
 """Attribute path -> key below spark.dstl., nested sections included
 (e.g. "changelog.persist_delay": "changelog.persistDelay")."""

@@ -31,6 +31,13 @@ POINTS = (
     "rescale_ranges_copied",  # a range rescale filled a new store, its snapshot not started
     "rescale_ranges_committed",  # a range rescale committed one new store, maybe not all
     "rescale_ranges_done",  # a range rescale's new stores are durable, no commit entry names them
+    "move_in_place_marked",  # an in-place move: Spark's offset log holds the marker, nothing else
+    "move_in_place_recorded",  # the move record (started) is durable, no state imported yet
+    "move_in_place_committed",  # the imported state is committed, no engine checkpoint yet
+    "move_in_place_engine_copied",  # Spark's logs are in the engine checkpoint, no done record
+    "export_state_marked",  # an export: the location is marked and recorded, no Spark files yet
+    "export_state_staged",  # Spark's operator wrote the exported state, not assembled yet
+    "export_state_placed",  # the Spark checkpoint is in place, the move record not done yet
 )
 
 

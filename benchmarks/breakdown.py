@@ -68,10 +68,10 @@ def measure(ui: SparkUi, query: Any, stream: Any, task_stats: TaskStats) -> list
     jobs = ui.jobs(str(query.runId))
     if stream is not None:
         ours = {p.batch_id: p for p in stream.progress}
-        checkpoint = stream.operator.checkpoint
+        location = stream.operator.location
     else:  # through the switch: what the operator's batches returned
         ours = {batch: p for (_, batch), p in BATCH_PROGRESS.items()}
-        checkpoint = next((c for c, _ in BATCH_PROGRESS), "")
+        location = next((c for c, _ in BATCH_PROGRESS), "")
     batches = []
     for progress in map(spark_e2e._as_dict, query.recentProgress):
         batch_id = int(progress["batchId"])
@@ -82,7 +82,7 @@ def measure(ui: SparkUi, query: Any, stream: Any, task_stats: TaskStats) -> list
                  "jobs": [job for job in jobs if job.batch_id == batch_id]}
         if batch_id in ours:
             batch["dstl"] = ours[batch_id]
-            batch["tasks"] = task_stats.get((checkpoint, batch_id), [])
+            batch["tasks"] = task_stats.get((location, batch_id), [])
         batches.append(batch)
     return batches
 

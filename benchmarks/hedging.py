@@ -66,7 +66,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     model = LatencyModel(**{**TAIL_MODEL.to_dict(), "seed": args.seed})
     with S3Harness(seed=args.seed) as s3:
         sides = {mode: open_side(s3, mode) for mode in MODES}
-        hedge_options = sides["on"].storage.options
+        hedge_options = sides["on"].storage.settings
         config = {**plan, "latency_model": model.to_dict(),
                   "latency_model_text": model.describe(),
                   "persist_delay_s": hedge_options.persist_delay,

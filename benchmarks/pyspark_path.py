@@ -16,12 +16,8 @@ from typing import Any
 
 from pyspark.sql.types import StringType, StructField, StructType
 
-from pyspark_dstl.spark.codec.schema_history import (
-    Declarations,
-    SchemaHistory,
-    SchemaRecord,
-    canonical_schema,
-)
+from pyspark_dstl.backend.lineage.schema_records import Declarations, SchemaHistory, SchemaRecord
+from pyspark_dstl.spark.codec.schema_history import canonical_schema
 from pyspark_dstl.spark.processors.declarations import declaring_handle
 from pyspark_dstl.spark.pyspark_api.pyspark_rows import RowShape
 from pyspark_dstl.spark.pyspark_api.pyspark_state import CompatHandle, SchemaBook

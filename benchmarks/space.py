@@ -18,6 +18,7 @@ within the goal get a goal row; the others are information in the table.
 --rocksdb compares compaction settings.
 
     python -m benchmarks.space [--quick] [--keys 1000000] [--batches 200] [--retain 2,10,100]
+                               [--cleanup-every 1]
 """
 
 from __future__ import annotations
@@ -38,7 +39,11 @@ from benchmarks.harness import (
 )
 from benchmarks.plots import line_plot
 from benchmarks.workload import OPERATOR, Workload, backend_options, file_url, load_store
-from pyspark_dstl.backend.backend_settings import BACKEND_CONF_KEYS, CONF_PREFIX, BackendSettings
+from pyspark_dstl.backend.backend_settings import (
+    BACKEND_SETTING_KEYS,
+    SETTINGS_PREFIX,
+    BackendSettings,
+)
 from pyspark_dstl.backend.fencing.lease import acquire
 from pyspark_dstl.backend.lineage.commit_log import CommitEntry, CommitLog, OperatorCommit
 from pyspark_dstl.backend.ops.cleanup import cleanup_checkpoint
@@ -105,11 +110,11 @@ def rocksdb_changes(args: argparse.Namespace) -> dict[str, Any]:
     spark.dstl.rocksdb.*), to compare compaction settings side by side."""
     if not args.rocksdb:
         return {}
-    conf = {f"{CONF_PREFIX}rocksdb.{item.split('=', 1)[0].strip()}": item.split("=", 1)[1]
+    conf = {f"{SETTINGS_PREFIX}rocksdb.{item.split('=', 1)[0].strip()}": item.split("=", 1)[1]
             for item in args.rocksdb.split(",") if item.strip()}
     parsed = BackendSettings.from_mapping(conf)
-    return {name: getattr(parsed, name) for name, key in BACKEND_CONF_KEYS.items()
-            if f"{CONF_PREFIX}{key}" in conf}
+    return {name: getattr(parsed, name) for name, key in BACKEND_SETTING_KEYS.items()
+            if f"{SETTINGS_PREFIX}{key}" in conf}
 
 
 def lower_bound(retain: int) -> float:
@@ -122,6 +127,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         (["--keys"], {"type": int, "default": None}),
         (["--batches"], {"type": int, "default": None}),
         (["--retain"], {"default": None, "help": "comma-separated minBatchesToRetain values"}),
+        (["--cleanup-every"], {"type": int, "default": None,
+                               "help": "clean up every N batches (default 1; a query's "
+                                       "spark.dstl.query.cleanupInterval defaults to 10)"}),
         (["--every-n-commits"], {"type": int, "default": None,
                                  "help": "snapshot every N commits (default: the "
                                          "materializer's default)"}),
@@ -132,6 +140,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     plan = plan_of(args, QUICK, FULL, ("keys", "batches"))
     if args.retain:
         plan["retain"] = [int(r) for r in args.retain.split(",")]
+    if args.cleanup_every:
+        plan["cleanup_every"] = args.cleanup_every
     report = Report(NAME, args, {**plan, "changed_per_batch": CHANGE_RATE,
                                  "value_bytes": 100,
                                  "rocksdb": args.rocksdb or "defaults",

@@ -222,8 +222,9 @@ class Run:
             if self.mode == "a4":  # the output stays on the executors (not the default)
                 conf["spark.dstl.query.outputMode"] = "cache"
             self.stream = (stateful(source).group_by("user")
-                           .process(processor, OUTPUT_SCHEMA, checkpoint=str(self.work / "dstl"),
-                                    partitions=self.plan["partitions"], conf=conf)
+                           .process(processor, OUTPUT_SCHEMA,
+                                    checkpoint_location=str(self.work / "dstl"),
+                                    partitions=self.plan["partitions"], settings=conf)
                            .foreach_batch(sink))
             return self.stream.start(trigger={"availableNow": True},
                                      engine_checkpoint=str(self.work / "engine"))

@@ -144,9 +144,10 @@ def run_mode(spark: Any, mode: str, inputs: Path, work: Path, plan: dict[str, An
         else:
             stream = (stateful(source).group_by("user")
                       .process(RunningCountPerRow(), OUTPUT_SCHEMA,
-                               checkpoint=str(work / "dstl"), partitions=plan["partitions"],
-                               conf={"query.outputMode": mode, "query.logProgress": "false",
-                                     "stateStore.localDir": str(work / "local")})
+                               checkpoint_location=str(work / "dstl"),
+                               partitions=plan["partitions"],
+                               settings={"query.outputMode": mode, "query.logProgress": "false",
+                                         "stateStore.localDir": str(work / "local")})
                       .foreach_batch(parquet_sink(out, False)))
             query = stream.start(trigger={"availableNow": True},
                                  engine_checkpoint=str(work / "engine"))

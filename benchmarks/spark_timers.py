@@ -244,10 +244,11 @@ class Run:
         if self.mode != BASELINE:
             processor = VectorizedTimeout() if self.mode == "vectorized" else PerKeyTimeout()
             self.stream = (stateful(self.source()).group_by("user")
-                           .process(processor, OUTPUT_SCHEMA, checkpoint=str(self.work / "dstl"),
+                           .process(processor, OUTPUT_SCHEMA,
+                                    checkpoint_location=str(self.work / "dstl"),
                                     partitions=self.plan["partitions"], time_mode="event_time",
-                                    conf={"spark.dstl.stateStore.localDir":
-                                          str(self.work / "local")})
+                                    settings={"spark.dstl.stateStore.localDir":
+                                              str(self.work / "local")})
                            .foreach_batch(sink))
             self._record_task_stats()
             if self.profile:  # start() hands Spark self.stream.run_batch: profile that

@@ -139,7 +139,7 @@ class SparkUi:
 
 
 BATCH_PROGRESS: dict[tuple[str, int], Any] = {}
-"""Every batch's BatchProgress by (checkpoint, batch id) while `tagged_stages` is on: a query
+"""Every batch's BatchProgress by (location, batch id) while `tagged_stages` is on: a query
 started through the switch hands out Spark's StreamingQuery, not this library's stream."""
 
 
@@ -148,7 +148,7 @@ def tagged_stages(spark: Any, task_stats: dict[tuple[str, int], list[dict[str, A
                   ) -> Iterator[None]:
     """While inside: the jobs this library's stateful stage starts carry STAGE_TAG, those of
     the user's sink (from the output frame to the commit log) SINK_TAG, and each batch's task
-    statistics are kept in `task_stats` by (checkpoint, batch id). Driver-side
+    statistics are kept in `task_stats` by (location, batch id). Driver-side
     instrumentation of the benchmark only; put back on the way out."""
     from pyspark_dstl.spark.driver.operator import StatefulOperator
 
@@ -161,7 +161,7 @@ def tagged_stages(spark: Any, task_stats: dict[tuple[str, int], list[dict[str, A
     def kept_process_batch(self: StatefulOperator, df: Any, batch_id: int,
                            sink: Any = None) -> Any:
         progress = process_batch(self, df, batch_id, sink)
-        BATCH_PROGRESS[(self.checkpoint, batch_id)] = progress
+        BATCH_PROGRESS[(self.location, batch_id)] = progress
         return progress
 
     def tagged_execute(self: StatefulOperator, df: Any, batch_id: int,
@@ -171,7 +171,7 @@ def tagged_stages(spark: Any, task_stats: dict[tuple[str, int], list[dict[str, A
             result = execute(self, df, batch_id, base)
         finally:
             context.removeJobTag(STAGE_TAG)
-        task_stats[(self.checkpoint, batch_id)] = list(result.stats.values())
+        task_stats[(self.location, batch_id)] = list(result.stats.values())
         return result
 
     def tagged_output_frame(self: StatefulOperator, spark: Any, result: Any) -> Any:

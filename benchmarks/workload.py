@@ -79,7 +79,7 @@ class Workload:
 
 def rocksdb_settings() -> RocksDBSettings:
     """The backend's own RocksDB settings, so every mode's LSM tree behaves alike."""
-    return RocksDBSettings.from_options(BackendSettings())
+    return RocksDBSettings.from_settings(BackendSettings())
 
 
 def open_raw_db(path: Path, settings: RocksDBSettings) -> Rdict:

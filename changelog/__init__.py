@@ -1,58 +1,36 @@
-"""The durable short-term log (FLIP-158 DSTL): writers, batched hedged uploads, handles, readers."""
+"""The durable short-term log (FLIP-158 DSTL): writers, batched hedged uploads, handles, readers.
 
-from pyspark_dstl.changelog.changelog_errors import (
-    ChangelogError,
-    FormatError,
-    HandleError,
-    ObjectExistsError,
-    ObjectNotFoundError,
-    PermanentStorageError,
-    SqnError,
-    StorageError,
-    TransientStorageError,
-    UploadFailedError,
-    WriterClosedError,
-)
-from pyspark_dstl.changelog.changelog_handle import ChangelogHandle, Segment
-from pyspark_dstl.changelog.changelog_service import ChangelogService, SyncReader
-from pyspark_dstl.changelog.changelog_settings import CHANGELOG_CONF_KEYS, ChangelogSettings
-from pyspark_dstl.changelog.files import LogInFile, read_file_header, read_file_log
-from pyspark_dstl.changelog.format import ChangeSet, LogHeader
-from pyspark_dstl.changelog.reader import ChangelogReader
-from pyspark_dstl.changelog.storage import open_storage
-from pyspark_dstl.changelog.storage.base import ObjectInfo, Storage
-from pyspark_dstl.changelog.storage.storage_settings import StorageSettings
-from pyspark_dstl.changelog.writer import ChangelogWriter
-from pyspark_dstl.core.errors import ConfigError
+The names here load on first use: importing the package imports no storage or codec.
+"""
 
-__all__ = [
-    "CHANGELOG_CONF_KEYS",
-    "ChangeSet",
-    "ChangelogError",
-    "ChangelogHandle",
-    "ChangelogReader",
-    "ChangelogService",
-    "ChangelogSettings",
-    "ChangelogWriter",
-    "ConfigError",
-    "FormatError",
-    "HandleError",
-    "LogHeader",
-    "LogInFile",
-    "ObjectExistsError",
-    "ObjectInfo",
-    "ObjectNotFoundError",
-    "PermanentStorageError",
-    "Segment",
-    "SqnError",
-    "Storage",
-    "StorageError",
-    "StorageSettings",
-    "SyncReader",
-    "TransientStorageError",
-    "UploadFailedError",
-    "WriterClosedError",
-    "open_storage",
-    "read_file_header",
-    "read_file_log",
-]
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark_dstl.core.lazy_names import by_module, load_lazy_name
+
+_NAMES = by_module({
+    "pyspark_dstl.changelog.changelog_errors": (
+        "ChangelogError", "FormatError", "HandleError", "ObjectExistsError", "ObjectNotFoundError",
+        "PermanentStorageError", "SqnError", "StorageError", "TransientStorageError",
+        "UploadFailedError", "WriterClosedError"
+    ),
+    "pyspark_dstl.changelog.changelog_handle": ("ChangelogHandle", "Segment"),
+    "pyspark_dstl.changelog.changelog_service": ("ChangelogService", "SyncReader"),
+    "pyspark_dstl.changelog.changelog_settings": ("CHANGELOG_SETTING_KEYS", "ChangelogSettings"),
+    "pyspark_dstl.changelog.files": ("LogInFile", "read_file_header", "read_file_log"),
+    "pyspark_dstl.changelog.format": ("ChangeSet", "LogHeader"),
+    "pyspark_dstl.changelog.reader": ("ChangelogReader",),
+    "pyspark_dstl.changelog.storage": ("open_storage",),
+    "pyspark_dstl.changelog.storage.base": ("ObjectInfo", "Storage"),
+    "pyspark_dstl.changelog.storage.storage_settings": ("StorageSettings",),
+    "pyspark_dstl.changelog.writer": ("ChangelogWriter",),
+    "pyspark_dstl.core.errors": ("ConfigError",),
+})
+
+
+def __getattr__(name: str) -> Any:
+    return load_lazy_name(__name__, _NAMES, name)
+
+
+__all__ = sorted(_NAMES)

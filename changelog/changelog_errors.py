@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from pyspark_dstl.core.errors import DstlError, LoopClosedError
+from pyspark_dstl.core.errors import DstlError, DstlWarning, LoopClosedError
 
 
 class ChangelogError(DstlError):
     """Root of every error the changelog package raises."""
+
+
+class NonAtomicStorageWarning(DstlWarning):
+    """The storage's create-only write is not atomic: one writer per name is not enforced
+    (fsspec protocols other than file:// and s3://)."""
 
 
 # --- storage -----------------------------------------------------------------------------------

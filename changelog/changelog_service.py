@@ -40,7 +40,7 @@ from pyspark_dstl.core.loop import EventLoopThread
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
-DEFAULT_OPTIONS = ChangelogSettings()
+DEFAULT_SETTINGS = ChangelogSettings()
 
 
 def default_writer_id() -> str:
@@ -51,24 +51,24 @@ def default_writer_id() -> str:
 class ChangelogService:
     """Creates writers and gives retried, create-only access to the objects under `url`."""
 
-    def __init__(self, url: str, options: ChangelogSettings = DEFAULT_OPTIONS, *,
+    def __init__(self, url: str, settings: ChangelogSettings = DEFAULT_SETTINGS, *,
                  writer_id: str | None = None) -> None:
         self.url = url
-        self.options = options
+        self.settings = settings
         self.writer_id = writer_id or default_writer_id()
         self.metrics = ChangelogMetrics()
-        self.store = open_storage(url, options)
+        self.storage = open_storage(url, settings)
         self.loop = EventLoopThread(name="dstl-changelog")
-        self.retry = RetryPolicy(options, self.metrics)
-        self.tracker = LatencyTracker(options)
-        self.uploader = Uploader(self.store, options, self.metrics, self.retry, self.tracker,
-                                 HedgeBudget(options.hedge_budget))
-        self.limiter = InFlightLimiter(options.max_in_flight_bytes, self.metrics,
+        self.retry = RetryPolicy(settings, self.metrics)
+        self.tracker = LatencyTracker(settings)
+        self.uploader = Uploader(self.storage, settings, self.metrics, self.retry, self.tracker,
+                                 HedgeBudget(settings.hedge_budget))
+        self.limiter = InFlightLimiter(settings.max_in_flight_bytes, self.metrics,
                                        self.loop.in_loop_thread)
         self.refs = FileRefCounts()
         self.scheduler = BatchScheduler(self.loop, self.uploader, self.limiter, self.refs,
-                                        self.metrics, options, self.writer_id)
-        self._services = WriterServices(options, self.loop, self.scheduler, self.limiter,
+                                        self.metrics, settings, self.writer_id)
+        self._services = WriterServices(settings, self.loop, self.scheduler, self.limiter,
                                         self.refs, self.metrics, self._is_closed, self._forget)
         self._lock = threading.Lock()
         self._writers: dict[str, ChangelogWriter] = {}
@@ -110,13 +110,13 @@ class ChangelogService:
         return await self._on_loop(self._get(path, start, end))
 
     async def alist(self, prefix: str = "") -> builtins.list[ObjectInfo]:
-        return await self._on_loop(self.retry.call(lambda _: self.store.list(prefix),
+        return await self._on_loop(self.retry.call(lambda _: self.storage.list(prefix),
                                                    path=prefix, what="list"))
 
     async def adelete_many(self, paths: Sequence[str]) -> None:
         keys = [check_key(path) for path in paths]
         if keys:
-            await self._on_loop(self.retry.call(lambda _: self.store.delete_many(keys),
+            await self._on_loop(self.retry.call(lambda _: self.storage.delete_many(keys),
                                                 path=keys[0], what="delete"))
 
     async def acopy(self, source: str, dest: str) -> None:
@@ -129,7 +129,7 @@ class ChangelogService:
         async def attempt(number: int) -> None:
             self.metrics.inc("requests")
             try:
-                await self.store.copy(source, dest)
+                await self.storage.copy(source, dest)
             except ObjectExistsError:
                 if number == 1 or not await self._same_object(source, dest):
                     raise
@@ -138,18 +138,18 @@ class ChangelogService:
         self.metrics.inc("copies")
 
     async def _same_object(self, source: str, dest: str) -> bool:
-        first, second = await self.store.head(source), await self.store.head(dest)
+        first, second = await self.storage.head(source), await self.storage.head(dest)
         if first.size != second.size:
             return False
         if first.etag is not None and second.etag is not None:
             return first.etag == second.etag
-        return await self.store.get(source) == await self.store.get(dest)
+        return await self.storage.get(source) == await self.storage.get(dest)
 
     async def aremove_incomplete_uploads(self, prefix: str, grace: float, *,
                                          dry_run: bool = False) -> builtins.list[ObjectInfo]:
         """Remove leftovers of uploads killed halfway under `prefix`, older than `grace` s."""
         return await self._on_loop(self.retry.call(
-            lambda _: self.store.remove_incomplete_uploads(prefix, grace, dry_run=dry_run),
+            lambda _: self.storage.remove_incomplete_uploads(prefix, grace, dry_run=dry_run),
             path=prefix, what="removal of incomplete uploads"))
 
     def put(self, path: str, data: bytes, *, hedge: bool = False) -> str:
@@ -168,7 +168,7 @@ class ChangelogService:
         self._run(self.adelete_many(paths))
 
     async def _get(self, path: str, start: int, end: int | None) -> bytes:
-        return await self.retry.call(lambda _: self.store.get(path, start, end), path=path,
+        return await self.retry.call(lambda _: self.storage.get(path, start, end), path=path,
                                      what="read")
 
     async def _fetch(self, path: str, start: int, end: int) -> bytes:
@@ -206,13 +206,13 @@ class ChangelogService:
             log.warning("changelog storage %r closed with uploads still in flight after %.1fs",
                         self.url, bound)
         finally:
-            await self.store.close()
+            await self.storage.close()
 
     def _close_bound(self) -> float:
         """Long enough for a queued upload to use every attempt and backoff it has."""
-        options = self.options
-        return (options.persist_delay
-                + options.max_attempts * (options.attempt_timeout + options.backoff_max))
+        settings = self.settings
+        return (settings.persist_delay
+                + settings.max_attempts * (settings.attempt_timeout + settings.backoff_max))
 
     def __enter__(self) -> ChangelogService:
         return self
@@ -254,7 +254,7 @@ class SyncReader:
 
     def __init__(self, storage: ChangelogService) -> None:
         self._storage = storage
-        self._reader = ChangelogReader(storage.store, storage.options, fetch=storage._fetch)
+        self._reader = ChangelogReader(storage.storage, storage.settings, fetch=storage._fetch)
 
     def read(self, handle: ChangelogHandle) -> list[ChangeSet]:
         return self._storage._run(self._reader.aread(handle))

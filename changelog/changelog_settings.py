@@ -127,5 +127,5 @@ class ChangelogSettings(Settings):
         return self.storage.pool_connections(self.connection_needs.connections)
 
 
-CHANGELOG_CONF_KEYS: dict[str, str] = setting_keys(ChangelogSettings)
+CHANGELOG_SETTING_KEYS: dict[str, str] = setting_keys(ChangelogSettings)
 """Attribute path -> key below spark.dstl.changelog., e.g. "storage.s3_region": "s3.region"."""

@@ -28,6 +28,7 @@ more request for the whole file."""
 
 __all__ = [
     "HEADER_PROBE_BYTES",
+    "ChangeSet",
     "FileHeader",
     "FileSummary",
     "LogHeader",

@@ -43,12 +43,12 @@ are then checked from the same request. Farther reads fetch the preamble on its 
 
 
 class ChangelogReader:
-    def __init__(self, store: Storage, options: ChangelogSettings,
+    def __init__(self, storage: Storage, settings: ChangelogSettings,
                  cache: SegmentCache | None = None, fetch: Fetch | None = None) -> None:
-        self._store = store
-        self._options = options
-        self._cache = cache if cache is not None else SegmentCache.from_options(options)
-        self._fetch: Fetch = fetch if fetch is not None else store.get
+        self._storage = storage
+        self._settings = settings
+        self._cache = cache if cache is not None else SegmentCache.from_settings(settings)
+        self._fetch: Fetch = fetch if fetch is not None else storage.get
 
     async def aread(self, handle: ChangelogHandle) -> list[ChangeSet]:
         """The handle's change sets, ordered by SQN, each exactly once."""
@@ -64,7 +64,7 @@ class ChangelogReader:
 
         last_sqn = handle.from_sqn - 1
         try:
-            for read, check in islice(reads, self._options.read_parallelism):
+            for read, check in islice(reads, self._settings.read_parallelism):
                 start(read, check)
             while pending:
                 read, task = pending.popleft()
@@ -77,7 +77,7 @@ class ChangelogReader:
                         raise FormatError(
                             f"SQN {change_set.sqn} of log {handle.log_id!r} breaks the order "
                             f"of handle [{handle.from_sqn}, {handle.to_sqn}) after SQN "
-                            f"{last_sqn}", self._store.url_of(read[0].path))
+                            f"{last_sqn}", self._storage.url_of(read[0].path))
                     last_sqn = change_set.sqn
                     yield change_set
         finally:
@@ -92,7 +92,7 @@ class ChangelogReader:
         are only yielded after the read that made it succeeded.
         """
         path = read[0].path
-        url = self._store.url_of(path)
+        url = self._storage.url_of(path)
         start = read[0].offset
         if self._cache is not None:
             pieces = await self._cached_pieces(url, read)

@@ -19,7 +19,7 @@ import time
 import uuid
 from collections import OrderedDict
 
-from pyspark_dstl.changelog.changelog_settings import CHANGELOG_CONF_KEYS, ChangelogSettings
+from pyspark_dstl.changelog.changelog_settings import CHANGELOG_SETTING_KEYS, ChangelogSettings
 from pyspark_dstl.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ class SegmentCache:
 
     def __init__(self, directory: str, max_bytes: int) -> None:
         if max_bytes <= 0:
-            raise ConfigError(f"{CHANGELOG_CONF_KEYS['cache_max_bytes']}: must be positive, "
+            raise ConfigError(f"{CHANGELOG_SETTING_KEYS['cache_max_bytes']}: must be positive, "
                               f"got {max_bytes}")
         self.directory = directory
         self.max_bytes = max_bytes
@@ -47,16 +47,16 @@ class SegmentCache:
         try:
             os.makedirs(directory, exist_ok=True)
         except OSError as exc:
-            raise ConfigError(f"{CHANGELOG_CONF_KEYS['cache_dir']}: cannot create segment cache "
+            raise ConfigError(f"{CHANGELOG_SETTING_KEYS['cache_dir']}: cannot create segment cache "
                               f"directory {directory!r}: {exc}") from exc
         self._load()
 
     @classmethod
-    def from_options(cls, options: ChangelogSettings) -> SegmentCache | None:
-        """The cache the options ask for, or None when `cache_dir` is not set."""
-        if options.cache_dir is None:
+    def from_settings(cls, settings: ChangelogSettings) -> SegmentCache | None:
+        """The cache the settings ask for, or None when `cache_dir` is not set."""
+        if settings.cache_dir is None:
             return None
-        return cls(options.cache_dir, options.cache_max_bytes)
+        return cls(settings.cache_dir, settings.cache_max_bytes)
 
     @property
     def size_bytes(self) -> int:

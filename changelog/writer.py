@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 class WriterServices:
     """The parts of a ChangelogService a writer uses; shared by all writers of that storage."""
 
-    options: ChangelogSettings
+    settings: ChangelogSettings
     loop: EventLoopThread
     scheduler: BatchScheduler
     limiter: InFlightLimiter
@@ -209,7 +209,7 @@ class ChangelogWriter:
             raise ChangelogError(f"log {self.log_id!r}: key group must be an int in "
                                  f"[0, {MAX_KEY_GROUP}], got {key_group!r}")
         self._s.limiter.acquire(0)
-        threshold = self._s.options.preemptive_persist_threshold
+        threshold = self._s.settings.preemptive_persist_threshold
         with self._lock:
             sets = self._sets
             sets.active.append((key_group, payload))

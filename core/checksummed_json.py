@@ -10,11 +10,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from pyspark_dstl.core.errors import excerpt
+from pyspark_dstl.core.errors import DstlError, excerpt
+
+T = TypeVar("T")
+# what building a record from a body of the wrong shape raises (a field missing, mistyped,
+# out of range, or refused by the record's own checks)
+_MALFORMED = (DstlError, KeyError, TypeError, ValueError, AttributeError, IndexError,
+              RecursionError)
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,18 @@ class RecordKind:
         if not isinstance(body, dict) or document.get("checksum") != checksum(body):
             raise self.error(f"{where} fails its checksum")
         return magic, body
+
+    def decode_as(self, data: bytes, path: str, build: Callable[[str, dict[str, Any]], T]) -> T:
+        """The record `build(magic, body)` makes of a whole record of this kind; a body it
+        cannot make one of is `error` naming `path` too, like a damaged file."""
+        magic, body = self.decode(data, path)
+        try:
+            return build(magic, body)
+        except self.error:
+            raise
+        except _MALFORMED as exc:
+            raise self.error(f"{self.description} {path!r} is malformed: "
+                             f"{excerpt(exc)}") from exc
 
     @property
     def versions(self) -> range:

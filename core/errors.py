@@ -1,8 +1,11 @@
-"""The one exception root of pyspark-dstl, and the configuration error every package raises.
+"""The one exception root and the one warning root of pyspark-dstl, and the configuration
+error every package raises.
 
 Each package derives its own errors from `DstlError` (changelog: `ChangelogError`, materializer:
-`MaterializerError`, backend: `BackendError`), so a caller that wants "anything this library
-raised" catches one type, and a caller that wants one package's failures catches that root.
+`MaterializerError`, backend: `BackendError`, spark: `DstlSparkError`), so a caller that wants
+"anything this library raised" catches one type, and a caller that wants one package's failures
+catches that root. Every warning derives from `DstlWarning`, so one filter silences or raises
+all of them.
 """
 
 from __future__ import annotations
@@ -10,6 +13,10 @@ from __future__ import annotations
 
 class DstlError(Exception):
     """Root of every error pyspark-dstl raises."""
+
+
+class DstlWarning(UserWarning):
+    """Root of every warning pyspark-dstl gives."""
 
 
 class ConfigError(DstlError, ValueError):

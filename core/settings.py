@@ -7,10 +7,10 @@
         wait: float = setting("wait", DURATION, 0.5, "Longest wait for a connection.",
                               at_least=0)
 
-From that one statement per option, `read_settings` parses Spark conf-style settings (strings or
+From that one statement per setting, `read_settings` parses Spark conf-style values (strings or
 Python values) and environment variables into the frozen class, `Settings.__post_init__` holds a
 value built in code to the same bounds, `setting_keys` lists the keys, and `markdown_table`
-documents them. Every error starts with the full conf key. Rules between fields that a
+documents them. Every error starts with the full key. Rules between fields that a
 declaration cannot say (one bound above another) go in the class's `check_together`.
 
 Environment variables are named after the full key: upper-cased, every '.' an '_', so
@@ -291,9 +291,9 @@ def setting(key: str, kind: Kind, default: Any = MISSING, doc: str = "", *,
     return field(default=default, metadata=metadata)
 
 
-def subsection(options_class: type[Settings], key: str) -> Any:
-    """A field holding another options class, whose keys sit under `key` (e.g. "changelog.")."""
-    return field(default_factory=options_class, metadata={SUBSECTION: key})
+def subsection(settings_class: type[Settings], key: str) -> Any:
+    """A field holding another settings class, whose keys sit under `key` (e.g. "changelog.")."""
+    return field(default_factory=settings_class, metadata={SUBSECTION: key})
 
 
 @dataclass(frozen=True)
@@ -304,7 +304,7 @@ class Section:
     what: str
 
 
-# --- the options classes' common behaviour ------------------------------------------------------
+# --- the settings classes' common behaviour ------------------------------------------------------
 
 SettingsT = TypeVar("SettingsT", bound="Settings")
 _ACTIVE_PREFIX: contextvars.ContextVar[str | None] = contextvars.ContextVar(
@@ -312,7 +312,7 @@ _ACTIVE_PREFIX: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 
 
 class Settings:
-    """Base of a frozen options dataclass whose fields are declared with `setting`."""
+    """Base of a frozen settings dataclass whose fields are declared with `setting`."""
 
     SECTION: ClassVar[Section]
 
@@ -325,7 +325,7 @@ class Settings:
         """Rules between fields; raise ConfigError starting with `self.key_of(name)`."""
 
     def key_of(self, name: str) -> str:
-        """The full conf key of field `name` (under the prefix being read, else the default)."""
+        """The full key of field `name` (under the prefix being read, else the default)."""
         prefix = _ACTIVE_PREFIX.get() or type(self).SECTION.prefix
         return prefix + declared_settings(type(self))[name].key
 
@@ -333,11 +333,11 @@ class Settings:
         return cast(SettingsT, replace(cast(Any, self), **changes))
 
     @classmethod
-    def from_mapping(cls: type[SettingsT], conf: Mapping[str, Any], prefix: str | None = None,
+    def from_mapping(cls: type[SettingsT], values: Mapping[str, Any], prefix: str | None = None,
                   base: SettingsT | None = None, *, other_sections: Iterable[str] = (),
                   env: Mapping[str, str] | None = None) -> SettingsT:
         """Settings from Spark conf-style mappings; see `read_settings`."""
-        return read_settings(cls, conf, prefix, base=base, other_sections=other_sections,
+        return read_settings(cls, values, prefix, base=base, other_sections=other_sections,
                             env=env)
 
 
@@ -356,7 +356,7 @@ def declared_settings(cls: type[Settings]) -> dict[str, Setting]:
 
 
 def subsections(cls: type[Settings]) -> dict[str, tuple[str, type[Settings]]]:
-    """Field name -> (key below the prefix, options class) of the nested sections."""
+    """Field name -> (key below the prefix, settings class) of the nested sections."""
     found: dict[str, tuple[str, type[Settings]]] = {}
     for f in fields(cast(Any, cls)):
         if SUBSECTION in f.metadata:
@@ -395,7 +395,7 @@ def field_default(cls: type[Settings], name: str) -> Any:
 
 
 def env_name(key: str) -> str:
-    """The environment variable of conf key `key`: upper-cased, '.' as '_'."""
+    """The environment variable of key `key`: upper-cased, '.' as '_'."""
     return key.upper().replace(".", "_")
 
 
@@ -422,7 +422,7 @@ def env_settings(cls: type[Settings], environ: Mapping[str, str], prefix: str | 
     return found
 
 
-def read_settings(cls: type[SettingsT], conf: Mapping[str, Any], prefix: str | None = None, *,
+def read_settings(cls: type[SettingsT], values: Mapping[str, Any], prefix: str | None = None, *,
                  base: SettingsT | None = None, other_sections: Iterable[str] = (),
                  env: Mapping[str, str] | None = None) -> SettingsT:
     """Settings of `cls` from the keys under `prefix` (the class's own by default).
@@ -430,19 +430,19 @@ def read_settings(cls: type[SettingsT], conf: Mapping[str, Any], prefix: str | N
     Values may be strings (Spark conf) or Python values. `base` supplies the values of keys
     not given (default: the class defaults). Every key under the prefix must be known, except
     those under one of `other_sections` (sub-prefixes another component reads, e.g. "query.").
-    With `env`, environment variables are read too; a key given in `conf` wins over its variable.
+    With `env`, environment variables are read too; a key given in `values` wins over its variable.
     """
     prefix = cls.SECTION.prefix if prefix is None else prefix
     other_sections = tuple(other_sections)
     if env is not None:
-        conf = {**env_settings(cls, env, prefix, other_sections), **conf}
+        values = {**env_settings(cls, env, prefix, other_sections), **values}
     own = declared_settings(cls)
     nested = subsections(cls)
     by_key = {declared.key: name for name, declared in own.items()}
     elsewhere = tuple(prefix + key for key, _ in nested.values()) + tuple(
         prefix + other for other in other_sections)
     changes: dict[str, Any] = {}
-    for full_key, raw in conf.items():
+    for full_key, raw in values.items():
         if not full_key.startswith(prefix) or (elsewhere and full_key.startswith(elsewhere)):
             continue
         name = by_key.get(full_key[len(prefix):])
@@ -453,7 +453,7 @@ def read_settings(cls: type[SettingsT], conf: Mapping[str, Any], prefix: str | N
                               f"(known: {known}{rest})")
         changes[name] = own[name].read(raw, full_key)
     for name, (key, nested_class) in nested.items():
-        changes[name] = read_settings(nested_class, conf, prefix + key,
+        changes[name] = read_settings(nested_class, values, prefix + key,
                                      base=None if base is None else getattr(base, name))
     token = _ACTIVE_PREFIX.set(prefix)
     try:

@@ -190,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
     stream = (stateful(spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1)
                        .parquet(str(work / "input")))
               .group_by("id")
-              .process(Dedup(args.retention), OUTPUT_SCHEMA, checkpoint=checkpoint,
+              .process(Dedup(args.retention), OUTPUT_SCHEMA, checkpoint_location=checkpoint,
                        partitions=args.partitions, time_mode="event_time", event_time="ts",
                        watermark_delay=delay)
               .foreach_batch(sink)

@@ -11,7 +11,9 @@ arrive minutes late; rows at or before the watermark are dropped and counted, as
 Every batch prints its results, the watermark it used, the late rows it dropped, the timers it
 fired and the checkpoint statistics. After the last file, one more batch without input (asked
 for by the tick source) fires the timers the final watermark makes due, and the query stops by
-itself. At the end the job checks itself:
+itself (trigger availableNow; before PySpark 4.2, which runs no batch without input under
+availableNow, a processingTime trigger, processAllAvailable() and stop() do the same). At
+the end the job checks itself:
 - no session stays open past the watermark: every open session (read back from the checkpoint
   with the "dstl-state" data source) ends less than a gap before the final watermark, and has
   its timer at end + gap;
@@ -43,13 +45,14 @@ import numpy as np
 import pandas as pd
 
 from pyspark_dstl.spark import (
-    PROGRESS_LOGGER,
+    PROGRESS_JSON_LOGGER,
     BatchProgress,
     StatefulProcessor,
     StatefulProcessorHandle,
     read_state,
     stateful,
 )
+from pyspark_dstl.spark.pyspark_versions import python_sources_run_available_now
 
 INPUT_SCHEMA = "user string, page string, ts timestamp"
 OUTPUT_SCHEMA = ("user string, session_start timestamp, session_end timestamp, events long, "
@@ -228,10 +231,10 @@ class OpenSessions:
     without_timer: int  # sessions without their timer at end + gap
 
 
-def open_sessions(spark: Any, checkpoint: str, conf: dict[str, str], gap_ms: int,
+def open_sessions(spark: Any, checkpoint: str, settings: dict[str, str], gap_ms: int,
                   watermark_ms: int) -> OpenSessions:
     """The sessions still open in the newest checkpoint, checked against the watermark."""
-    state = read_state(spark, checkpoint, conf=conf).where(
+    state = read_state(spark, checkpoint, settings=settings).where(
         "state_variable IN ('session', 'timers')").toPandas()
     sessions = [json.loads(v) for v in state[state["state_variable"] == "session"]["value"]]
     session_keys = state[state["state_variable"] == "session"]["key"].tolist()
@@ -244,7 +247,7 @@ def open_sessions(spark: Any, checkpoint: str, conf: dict[str, str], gap_ms: int
                           if (k, s["end"] + gap_ms) not in timers))
 
 
-def run(args: argparse.Namespace, checkpoint: str, conf: dict[str, str],
+def run(args: argparse.Namespace, checkpoint: str, settings: dict[str, str],
         engine_checkpoint: str | None = None) -> int:
     """Generate the input, run the query to the end, print and check; exit status."""
     work = Path(args.work_dir).resolve()
@@ -271,37 +274,44 @@ def run(args: argparse.Namespace, checkpoint: str, conf: dict[str, str],
                        .parquet(str(work / "input")))
               .group_by("user")
               .process(Sessionizer(args.gap), OUTPUT_SCHEMA,
-                       checkpoint=checkpoint, partitions=args.partitions, conf=conf,
-                       time_mode="event_time", event_time="ts", watermark_delay=delay)
+                       checkpoint_location=checkpoint, partitions=args.partitions,
+                       settings=settings, time_mode="event_time", event_time="ts",
+                       watermark_delay=delay)
               .foreach_batch(sink)
               .on_progress(lambda p: print_batch(p, *closed_of(sink_dir, p.batch_id)[1:])))
     progress_log = log_progress_to(work / "progress.jsonl")
     print(f"input: {generated.events} events in {args.files} files under {work / 'input'}")
     print(f"checkpoint: {checkpoint}")
-    print(f"per-batch JSON lines (logger {PROGRESS_LOGGER!r}): {progress_log}")
+    print(f"per-batch JSON lines (logger {PROGRESS_JSON_LOGGER!r}): {progress_log}")
     print(f"sessions end after {args.gap} s without events (event time); watermark delay "
           f"{delay}\n")
     started = time.monotonic()
-    query = stream.start(trigger={"availableNow": True}, engine_checkpoint=engine_checkpoint)
-    query.awaitTermination()
+    if python_sources_run_available_now(spark):
+        query = stream.start(trigger={"availableNow": True}, engine_checkpoint=engine_checkpoint)
+        query.awaitTermination()
+    else:  # PySpark 4.0, 4.1: the same batches, then stopped here
+        query = stream.start(trigger={"processingTime": "0 seconds"},
+                             engine_checkpoint=engine_checkpoint)
+        query.processAllAvailable()
+        query.stop()
     if stream.progress:
         summarize(stream.progress, time.monotonic() - started, generated.events)
     else:  # Spark Connect: foreachBatch, hence BatchProgress, lives in the server's process
         print(f"{len(query.recentProgress)} progress reports from Spark (BatchProgress stays "
               f"on the Connect server; see docs/deploying.md)")
-    ok = check(spark, args, checkpoint, conf, generated, stream, sink_dir)
+    ok = check(spark, args, checkpoint, settings, generated, stream, sink_dir)
     spark.stop()
     return 0 if ok else 1
 
 
 def log_progress_to(path: Path) -> Path:
-    """The backend logs one JSON line per batch; here they go to a file, so the table this job
-    prints stays readable (without a handler, the line would go to stderr)."""
+    """The backend logs every metric of a batch as one JSON object at DEBUG; here they go to
+    a file, one line per batch, beside the table this job prints."""
     handler = logging.FileHandler(path)
     handler.setFormatter(logging.Formatter("%(message)s"))
-    logger = logging.getLogger(PROGRESS_LOGGER)
+    logger = logging.getLogger(PROGRESS_JSON_LOGGER)
     logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
+    logger.setLevel(logging.DEBUG)
     logger.propagate = False
     return path
 
@@ -324,7 +334,7 @@ def closed_of(sink_dir: Path, batch_id: int) -> tuple[int, int, int]:
     return written["events"], written["sessions"], written["by_timer"]
 
 
-def check(spark: Any, args: argparse.Namespace, checkpoint: str, conf: dict[str, str],
+def check(spark: Any, args: argparse.Namespace, checkpoint: str, settings: dict[str, str],
           generated: Generated, stream: Any, sink_dir: Path) -> bool:
     """The self-check: print each verdict, return whether all hold. The batches' clocks come
     from the commit log (what the checkpoint recorded), so this works under Connect too."""
@@ -334,7 +344,7 @@ def check(spark: Any, args: argparse.Namespace, checkpoint: str, conf: dict[str,
     late = sum(int(t.get("late_rows", 0)) for t in times)
     closed = [closed_of(sink_dir, batch) for batch in sorted(log.batch_ids())]
     gap_ms = args.gap * 1000
-    still_open = open_sessions(spark, checkpoint, conf, gap_ms, final_watermark)
+    still_open = open_sessions(spark, checkpoint, settings, gap_ms, final_watermark)
     expected_late, expected_watermark = watermark_rule(generated.stamps,
                                                        args.watermark_delay * 1000)
     in_closed = sum(events for events, _, _ in closed)
@@ -406,8 +416,8 @@ def main() -> int:
     args = parser().parse_args()
     checkpoint = str(Path(args.work_dir).resolve() / "checkpoint")
     # snapshots at the default pace (every 10 commits of a store), whichever worker commits
-    conf = {"stateStore.minBatchesToRetain": "10", "query.cleanupInterval": "5"}
-    return run(args, checkpoint, conf)
+    settings = {"stateStore.minBatchesToRetain": "10", "query.cleanupInterval": "5"}
+    return run(args, checkpoint, settings)
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ def main() -> int:
         os.environ.update({"AWS_ACCESS_KEY_ID": "example", "AWS_SECRET_ACCESS_KEY": "example",
                            "AWS_DEFAULT_REGION": "us-east-1"})
         boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=BUCKET)
-        conf = {
+        settings = {
             "changelog.s3.endpoint": endpoint,
             "changelog.s3.region": "us-east-1",
             "changelog.s3.addressingStyle": "path",
@@ -48,7 +48,7 @@ def main() -> int:
         }
         engine = str(Path(args.work_dir).resolve() / "engine-checkpoint")
         print(f"S3 API (moto) at {endpoint}, bucket {BUCKET}")
-        return run(args, f"s3://{BUCKET}/sessions", conf, engine_checkpoint=engine)
+        return run(args, f"s3://{BUCKET}/sessions", settings, engine_checkpoint=engine)
     finally:
         server.stop()
 

@@ -135,7 +135,7 @@ def run_query(spark: Any, inputs: Path, checkpoint: Path, sink: WalSink) -> None
     stream = (stateful(spark.readStream.schema("user string").option("maxFilesPerTrigger", 1)
                        .parquet(str(inputs)))
               .group_by("user").process(Count(), "user string, count long",
-                                        checkpoint=str(checkpoint), partitions=2)
+                                        checkpoint_location=str(checkpoint), partitions=2)
               .foreach_batch(sink))
     stream.start(trigger={"availableNow": True}).awaitTermination()
 

@@ -54,39 +54,39 @@ class Materializer:
     `snapshot` at that commit boundary. Completed snapshots are reported by `poll`.
     """
 
-    def __init__(self, storage: RemoteFiles, options: MaterializerSettings,
+    def __init__(self, storage: RemoteFiles, settings: MaterializerSettings,
                  local_dir: str, checksums: ChecksumCache | None = None) -> None:
         """`checksums`: a cache shared with another materializer of the process, so files it
         restored and verified (hard-linked into this one's checkpoints, the same inodes) are
         not read again to be checksummed (a rescale's new stores made of old ones)."""
         self._storage = storage
-        self._options = options
+        self._settings = settings
         self._local_dir = os.path.abspath(local_dir)
-        self._checkpoint_root = owned_link_copy_root(os.path.join(self._local_dir,
-                                                                   "checkpoints"))
-        self._cache_root = os.path.abspath(options.cache_dir or
+        self._link_copy_root = owned_link_copy_root(os.path.join(self._local_dir,
+                                                                 "checkpoints"))
+        self._cache_root = os.path.abspath(settings.cache_dir or
                                            os.path.join(self._local_dir, "cache"))
         self._metrics = Metrics(COUNTERS)
         self._checksums = checksums if checksums is not None else ChecksumCache()
         self._uploaded = UploadedFiles()
         self._copyable = UploadedFiles()
         self._uploader = SnapshotUploader(storage, self._uploaded, self._checksums,
-                                          self._metrics, options.upload_parallelism,
+                                          self._metrics, settings.upload_parallelism,
                                           self._copyable)
-        self._restorer = SnapshotRestorer(storage, options.restore_parallelism,
+        self._restorer = SnapshotRestorer(storage, settings.restore_parallelism,
                                           self._checksums, self._metrics)
-        self._pool = ThreadPoolExecutor(options.worker_threads,
+        self._pool = ThreadPoolExecutor(settings.worker_threads,
                                         thread_name_prefix="dstl-materializer")
         # checkpoints started by snapshot_in_background(): short, so never queued behind uploads
-        self._checkpointer = ThreadPoolExecutor(options.worker_threads,
-                                                thread_name_prefix="dstl-checkpoint")
+        self._link_copier = ThreadPoolExecutor(settings.worker_threads,
+                                               thread_name_prefix="dstl-link-copy")
         self._stores: dict[str, StoreSchedule] = {}
         self._lock = threading.Lock()
         self._closed = False
 
     @property
-    def options(self) -> MaterializerSettings:
-        return self._options
+    def settings(self) -> MaterializerSettings:
+        return self._settings
 
     # --- registration ----------------------------------------------------------------------
 
@@ -104,7 +104,7 @@ class Materializer:
                         f"store {store_id!r} is registered with remote directory "
                         f"{existing.remote_dir!r}, not {remote!r}")
                 return
-            self._stores[store_id] = StoreSchedule.create(store_id, remote, self._options,
+            self._stores[store_id] = StoreSchedule.create(store_id, remote, self._settings,
                                                           time.monotonic())
 
     def unregister(self, store_id: str) -> None:
@@ -155,43 +155,43 @@ class Materializer:
         with self._lock:
             self._check_open()
             schedule = self._schedule(request.store_id)
-        directory = self._checkpoint_dir(request)
+        directory = self._link_copy_dir(request)
         started = time.monotonic()
         try:
-            checkpoint = take_link_copy(db, directory)
+            link_copy = take_link_copy(db, directory)
         except MaterializerError as exc:
             with self._lock:
                 schedule.failed(None, exc)
             self._metrics.add("snapshots_failed")
             raise
-        self._checkpoint_taken(started)
+        self._link_copy_taken(started)
         future: Future[MaterializedHandle] = Future()
         with self._lock:
             schedule.started(future, time.monotonic())
-        self._upload(schedule, checkpoint, request, future)
+        self._upload(schedule, link_copy, request, future)
         return future
 
     def snapshot_in_background(self, db: Rdict, request: SnapshotRequest,
                                ready: Future[None] | None = None,
                                ) -> tuple[Future[None], Future[MaterializedHandle]]:
-        """snapshot(), with the checkpoint itself (memtable flush, hard links) off the
-        caller's thread: returns (taken, result). `taken` is done once the checkpoint no longer
+        """snapshot(), with the link copy itself (memtable flush, hard links) off the
+        caller's thread: returns (taken, result). `taken` is done once the link copy no longer
         reads `db` (taken, failed or cancelled); the caller must not write to `db` nor close it
-        before that, so the checkpoint holds exactly the state of this call. `result` is as
-        snapshot()'s (a failed checkpoint fails it; so does a close() that cancels it).
+        before that, so the link copy holds exactly the state of this call. `result` is as
+        snapshot()'s (a failed link copy fails it; so does a close() that cancels it).
         `ready`: done once `db` holds the state to snapshot (a write still running on
-        another thread); the checkpoint waits for it, and fails if it failed.
+        another thread); the link copy waits for it, and fails if it failed.
         """
         with self._lock:
             self._check_open()
             schedule = self._schedule(request.store_id)
             future: Future[MaterializedHandle] = Future()
             schedule.started(future, time.monotonic())  # in flight: no second one meanwhile
-        directory = self._checkpoint_dir(request)
-        job = functools.partial(self._checkpoint_then_upload, db, request, ready, schedule,
+        directory = self._link_copy_dir(request)
+        job = functools.partial(self._link_copy_then_upload, db, request, ready, schedule,
                                 future, directory)
         try:
-            taken = self._checkpointer.submit(job)
+            taken = self._link_copier.submit(job)
         except RuntimeError as exc:  # shut down by a concurrent close()
             with self._lock:
                 schedule.abandoned(future)
@@ -199,58 +199,58 @@ class Materializer:
         taken.add_done_callback(functools.partial(self._settle_cancelled, schedule, future))
         return taken, future
 
-    def _checkpoint_then_upload(self, db: Rdict, request: SnapshotRequest,
-                                ready: Future[None] | None, schedule: StoreSchedule,
-                                future: Future[MaterializedHandle], directory: str) -> None:
-        """On the checkpoint thread: wait for the caller's write, take the RocksDB checkpoint,
+    def _link_copy_then_upload(self, db: Rdict, request: SnapshotRequest,
+                               ready: Future[None] | None, schedule: StoreSchedule,
+                               future: Future[MaterializedHandle], directory: str) -> None:
+        """On the link copy thread: wait for the caller's write, take the link copy,
         then hand it to the uploads; `future` carries every failure."""
         started = time.monotonic()
         try:
             if ready is not None:
                 _await_ready(ready, request)  # the caller's write into `db` lands first
                 started = time.monotonic()
-            checkpoint = take_link_copy(db, directory)
+            link_copy = take_link_copy(db, directory)
         except Exception as exc:
             error = exc if isinstance(exc, MaterializerError) else MaterializerError(
-                f"RocksDB checkpoint into {directory!r} failed: {exc!r}")
+                f"link copy (RocksDB checkpoint) into {directory!r} failed: {exc!r}")
             with self._lock:
                 schedule.failed(future, error)
             self._metrics.add("snapshots_failed")
             future.set_exception(error)
             return
-        self._checkpoint_taken(started)
+        self._link_copy_taken(started)
         try:
-            self._upload(schedule, checkpoint, request, future)
+            self._upload(schedule, link_copy, request, future)
         except MaterializerClosedError as exc:
             future.set_exception(exc)
 
     def _settle_cancelled(self, schedule: StoreSchedule, future: Future[MaterializedHandle],
                           taken: Future[None]) -> None:
-        """close() dropped the checkpoint before it ran: the snapshot fails as closed."""
+        """close() dropped the link copy before it ran: the snapshot fails as closed."""
         if taken.cancelled():
             with self._lock:
                 schedule.abandoned(future)
             future.set_exception(MaterializerClosedError("the materializer is closed"))
 
-    def _checkpoint_dir(self, request: SnapshotRequest) -> str:
+    def _link_copy_dir(self, request: SnapshotRequest) -> str:
         return os.path.join(
-            self._checkpoint_root,
+            self._link_copy_root,
             f"{local_dir_name(request.store_id)}-{request.version}-{uuid.uuid4().hex[:12]}")
 
-    def _checkpoint_taken(self, started: float) -> None:
+    def _link_copy_taken(self, started: float) -> None:
         elapsed = time.monotonic() - started
         self._metrics.add("checkpoint_seconds_total", elapsed)
         self._metrics.set("last_checkpoint_seconds", elapsed)
         self._metrics.add("snapshots_started")
 
-    def _upload(self, schedule: StoreSchedule, checkpoint: LinkCopy,
+    def _upload(self, schedule: StoreSchedule, link_copy: LinkCopy,
                 request: SnapshotRequest, future: Future[MaterializedHandle]) -> None:
-        """Hand a taken checkpoint to the worker pool (`future` is already in flight)."""
+        """Hand a taken link copy to the worker pool (`future` is already in flight)."""
         try:
             self._pool.submit(SnapshotJob(self._uploader, schedule, self._lock, self._metrics,
-                                          checkpoint, request, future))
+                                          link_copy, request, future))
         except RuntimeError as exc:  # pool shut down by a concurrent close()
-            checkpoint.remove()
+            link_copy.remove()
             with self._lock:
                 schedule.abandoned(future)
             raise MaterializerClosedError("the materializer is closed") from exc
@@ -318,10 +318,10 @@ class Materializer:
             self._closed = True
             in_flight = [f for s in self._stores.values() for f in s.in_flight]
         _, not_done = wait(in_flight, timeout=timeout)
-        self._checkpointer.shutdown(wait=not not_done, cancel_futures=True)
+        self._link_copier.shutdown(wait=not not_done, cancel_futures=True)
         self._pool.shutdown(wait=not not_done, cancel_futures=True)
         if not not_done:
-            shutil.rmtree(self._checkpoint_root, ignore_errors=True)
+            shutil.rmtree(self._link_copy_root, ignore_errors=True)
 
     def __enter__(self) -> Materializer:
         return self

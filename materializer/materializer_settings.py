@@ -57,5 +57,5 @@ class MaterializerSettings(Settings):
         shown_default="under `stateStore.localDir`")
 
 
-MATERIALIZER_CONF_KEYS: dict[str, str] = setting_keys(MaterializerSettings)
+MATERIALIZER_SETTING_KEYS: dict[str, str] = setting_keys(MaterializerSettings)
 """Field name -> key below spark.dstl.materialization."""

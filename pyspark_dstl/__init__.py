@@ -2,26 +2,29 @@
 
 The public facade. The streaming API needs pyspark (the `spark` extra), so its names load on
 first use; `import pyspark_dstl` alone does not import pyspark. Every error the library raises
-is exported here (all derive from DstlError), so users catch them from one place.
+is exported here (all derive from DstlError, every warning from DstlWarning), so users catch
+or filter them from one place.
 
     from pyspark_dstl import StatefulProcessor, stateful
 
-`DefaultSource` is the state reader: PySpark 4.3 registers the `DefaultSource` of installed
-top-level packages named `pyspark_*`, so `spark.read.format("dstl-state")` works by name.
+`DefaultSource` is the state reader: every supported PySpark registers the `DefaultSource` of
+installed top-level packages named `pyspark_*`, so `spark.read.format("dstl-state")` works by
+name.
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
-from pyspark_dstl.backend.backend_errors import CheckpointHeldError, FencedError
-from pyspark_dstl.core.errors import ConfigError, DstlError
+from pyspark_dstl.core.errors import ConfigError, DstlError, DstlWarning
+from pyspark_dstl.core.lazy_names import load_lazy_name
 
 _LAZY_NAMES = {
     "BackendError": "pyspark_dstl.backend.backend_errors",
+    "CheckpointHeldError": "pyspark_dstl.backend.backend_errors",
     "BadMagicError": "pyspark_dstl.changelog.changelog_errors",
     "BatchProgress": "pyspark_dstl.spark",
+    "ChangeFeedError": "pyspark_dstl.spark.readers.change_feed",
     "ChangelogError": "pyspark_dstl.changelog.changelog_errors",
     "ChecksumMismatchError": "pyspark_dstl.changelog.changelog_errors",
     "CommitLogCorruptError": "pyspark_dstl.backend.backend_errors",
@@ -35,6 +38,9 @@ _LAZY_NAMES = {
     "DstlSparkError": "pyspark_dstl.spark.spark_errors",
     "EngineWriteError": "pyspark_dstl.backend.store.engine_writer",
     "ExpiredTimers": "pyspark_dstl.spark",
+    "FencedError": "pyspark_dstl.backend.backend_errors",
+    "export_state": "pyspark_dstl.spark.moves.export_state",
+    "ExportStateError": "pyspark_dstl.spark.moves.export_state",
     "FormatError": "pyspark_dstl.changelog.changelog_errors",
     "HandleError": "pyspark_dstl.changelog.changelog_errors",
     "HandleFormatError": "pyspark_dstl.materializer.materialized_handle",
@@ -46,6 +52,7 @@ _LAZY_NAMES = {
     "KillPointError": "pyspark_dstl.backend.faults",
     "LineageError": "pyspark_dstl.backend.backend_errors",
     "ListState": "pyspark_dstl.spark",
+    "LocationMovedError": "pyspark_dstl.spark.spark_errors",
     "LoopClosedError": "pyspark_dstl.core.errors",
     "LoopUsageError": "pyspark_dstl.core.errors",
     "ManifestError": "pyspark_dstl.materializer.materializer_errors",
@@ -54,8 +61,10 @@ _LAZY_NAMES = {
     "MaterializationFailedError": "pyspark_dstl.materializer.materializer_errors",
     "MaterializerClosedError": "pyspark_dstl.materializer.materializer_errors",
     "MaterializerError": "pyspark_dstl.materializer.materializer_errors",
+    "MoveError": "pyspark_dstl.spark.spark_errors",
+    "MoveRecordError": "pyspark_dstl.spark.spark_errors",
     "NoCheckpointError": "pyspark_dstl.backend.ops.root",
-    "NonAtomicStorageWarning": "pyspark_dstl.changelog.storage.fsspec_storage",
+    "NonAtomicStorageWarning": "pyspark_dstl.changelog.changelog_errors",
     "NoTransformWithStateError": "pyspark_dstl.spark.moves.spark_checkpoint",
     "ObjectExistsError": "pyspark_dstl.changelog.changelog_errors",
     "ObjectNotFoundError": "pyspark_dstl.changelog.changelog_errors",
@@ -66,16 +75,23 @@ _LAZY_NAMES = {
     "PartitioningError": "pyspark_dstl.spark.spark_errors",
     "PermanentStorageError": "pyspark_dstl.changelog.changelog_errors",
     "ProcessorMismatchError": "pyspark_dstl.spark.moves.spark_checkpoint",
+    "PROGRESS_JSON_LOGGER": "pyspark_dstl.spark",
     "PROGRESS_LOGGER": "pyspark_dstl.spark",
+    "PySparkVersionAttributeError": "pyspark_dstl.spark.spark_errors",
+    "PySparkVersionError": "pyspark_dstl.spark.spark_errors",
     "ProviderError": "pyspark_dstl.backend.backend_errors",
     "read_state": "pyspark_dstl.spark",
     "register_state_reader": "pyspark_dstl.spark",
+    "register_state_sources": "pyspark_dstl.spark.readers.routing",
+    "SchemaRecordError": "pyspark_dstl.backend.backend_errors",
     "SnapshotCorruptError": "pyspark_dstl.materializer.materializer_errors",
     "SnapshotNotFoundError": "pyspark_dstl.materializer.materializer_errors",
     "SnapshotRequestError": "pyspark_dstl.materializer.materializer_errors",
     "SnapshotUploadError": "pyspark_dstl.materializer.materializer_errors",
     "SparkCheckpointError": "pyspark_dstl.spark.moves.spark_checkpoint",
+    "SparkCheckpointHereError": "pyspark_dstl.spark.spark_errors",
     "SqnError": "pyspark_dstl.changelog.changelog_errors",
+    "StateDataSourceError": "pyspark_dstl.spark.readers.state_data_errors",
     "StateDecodingError": "pyspark_dstl.spark.spark_errors",
     "StateEncodingError": "pyspark_dstl.spark.spark_errors",
     "stateful": "pyspark_dstl.spark",
@@ -112,13 +128,7 @@ _ALIASES = {"DefaultSource": "DstlStateDataSource"}
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY_NAMES.get(name)
-    if module is None:
-        raise AttributeError(f"module 'pyspark_dstl' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), _ALIASES.get(name, name))
-    globals()[name] = value
-    return value
+    return load_lazy_name(__name__, _LAZY_NAMES, name, _ALIASES)
 
 
-__all__ = ["CheckpointHeldError", "ConfigError", "DstlError", "FencedError",
-           *sorted(_LAZY_NAMES)]
+__all__ = ["ConfigError", "DstlError", "DstlWarning", *sorted(_LAZY_NAMES)]

@@ -1,12 +1,16 @@
 """`python -m pyspark_dstl inspect|verify|cleanup|takeover|report <checkpoint-url>`: look after
-a checkpoint root; `python -m pyspark_dstl rescale <checkpoint-url> --partitions N`
+a checkpoint location; `python -m pyspark_dstl rescale <checkpoint-url> --partitions N`
 redistributes a stopped query's state over N partitions (no pyspark needed);
 `python -m pyspark_dstl import-state <spark-checkpoint> <checkpoint>
---processor module:Class` brings a stopped PySpark query's state to a new checkpoint.
+--processor module:Class` brings a stopped PySpark query's state to a new checkpoint (or, given
+the same location twice, moves it in place); `python -m pyspark_dstl export-state <checkpoint>
+<spark-checkpoint> --processor module:Class` takes it back to a Spark checkpoint.
 
-Every command but import-state first checks that the root exists and holds a checkpoint (exit
-status 2 if not): a mistyped URL must never read as "0 problems". import-state needs pyspark
-(the `spark` extra), which is imported only when that command runs.
+Every command but the moves first checks that the checkpoint location exists and holds a
+checkpoint (exit status 2 if not): a mistyped URL must never read as "0 problems". `inspect`
+shows the moves of a location; `rescale` and `takeover` refuse a location whose state moved
+back to Spark. The moves need pyspark (the `spark` extra), which is imported only when such
+a command runs.
 """
 
 from __future__ import annotations
@@ -15,10 +19,10 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from typing import TextIO
+from typing import Any, TextIO
 
 from pyspark_dstl.backend.backend_errors import BackendError
-from pyspark_dstl.backend.backend_settings import CONF_PREFIX, FencingSettings
+from pyspark_dstl.backend.backend_settings import SETTINGS_PREFIX, FencingSettings
 from pyspark_dstl.backend.fencing.lease import take_over
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
 from pyspark_dstl.backend.ops.cleanup import CleanupReport, cleanup_checkpoint
@@ -33,26 +37,37 @@ from pyspark_dstl.changelog.changelog_settings import ChangelogSettings
 from pyspark_dstl.core.errors import ConfigError, DstlError
 from pyspark_dstl.materializer.materializer_errors import MaterializerError
 
-CHANGELOG_CONF_PREFIX = ChangelogSettings.SECTION.prefix
-FENCING_CONF_PREFIX = FencingSettings.SECTION.prefix
+CHANGELOG_SETTINGS_PREFIX = ChangelogSettings.SECTION.prefix
+FENCING_SETTINGS_PREFIX = FencingSettings.SECTION.prefix
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m pyspark_dstl",
                                      description="Inspect, verify, clean, take over or report on a "
-                                                 "checkpoint root; import a stopped PySpark "
+                                                 "checkpoint location; import a stopped PySpark "
                                                  "query's state.")
     parser.add_argument("command", choices=("inspect", "verify", "cleanup", "takeover",
-                                            "report", "rescale", "import-state"))
-    parser.add_argument("url", help="checkpoint root, e.g. s3://bucket/query or file:///path "
+                                            "report", "rescale", "import-state",
+                                            "export-state"))
+    parser.add_argument("url", help="checkpoint location, e.g. s3://bucket/query or file:///path "
                                     "(import-state: the stopped Spark query's checkpoint)")
     parser.add_argument("target", nargs="?",
-                        help="import-state: the new checkpoint of this backend (empty)")
-    parser.add_argument("--processor", help="import-state: the query's PySpark "
+                        help="import-state: the new checkpoint of this backend (empty; the "
+                             "Spark checkpoint itself moves it in place); export-state: the "
+                             "new Spark checkpoint (must not exist)")
+    parser.add_argument("--processor", help="import-state, export-state: the query's PySpark "
                                             "StatefulProcessor as module:Class")
-    parser.add_argument("--name", help="import-state: the operator name (as process(name=...))")
+    parser.add_argument("--name", help="import-state, export-state: the operator name (as "
+                                       "process(name=...))")
     parser.add_argument("--engine-checkpoint",
-                        help="import-state: where Spark's logs go (default <target>/engine)")
+                        help="import-state: where Spark's logs go (default <target>/engine); "
+                             "export-state: where they are (default <checkpoint>/engine)")
+    parser.add_argument("--rows", action="store_true",
+                        help="export-state: the query calls transformWithState (Rows), not "
+                             "transformWithStateInPandas (default: as the checkpoint records)")
+    parser.add_argument("--output-mode", choices=("Append", "Update"),
+                        help="export-state: the outputMode of the query's transformWithState "
+                             "call (default: as the checkpoint records)")
     parser.add_argument("--apply", action="store_true",
                         help="cleanup: really delete (the default is a dry run)")
     parser.add_argument("--retain", type=int, default=100,
@@ -72,48 +87,50 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--s3-endpoint", help="S3 endpoint URL (e.g. a MinIO or test server)")
     parser.add_argument("--s3-region", help="S3 region")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
-                        help=f"any {CHANGELOG_CONF_PREFIX}* or {FENCING_CONF_PREFIX}* setting "
-                             f"(import-state: any {CONF_PREFIX}* setting; repeatable)")
+                        help=f"any {CHANGELOG_SETTINGS_PREFIX}* or {FENCING_SETTINGS_PREFIX}* "
+                             f"setting (import-state: any {SETTINGS_PREFIX}* setting; "
+                             f"repeatable)")
     return parser
 
 
-def tool_conf(args: argparse.Namespace) -> dict[str, str]:
-    conf: dict[str, str] = {}
+def tool_settings(args: argparse.Namespace) -> dict[str, str]:
+    """The settings the command line gives (`--conf KEY=VALUE`, as spark-submit takes them)."""
+    settings: dict[str, str] = {}
     for item in args.conf:
         key, sep, value = item.partition("=")
         if not sep:
             raise ChangelogError(f"--conf {item!r}: expected KEY=VALUE")
-        conf[key.strip()] = value
+        settings[key.strip()] = value
     if args.s3_endpoint:
-        conf[CHANGELOG_CONF_PREFIX + "s3.endpoint"] = args.s3_endpoint
+        settings[CHANGELOG_SETTINGS_PREFIX + "s3.endpoint"] = args.s3_endpoint
     if args.s3_region:
-        conf[CHANGELOG_CONF_PREFIX + "s3.region"] = args.s3_region
-    allowed = (CONF_PREFIX,) if args.command == "rescale" else (CHANGELOG_CONF_PREFIX,
-                                                                  FENCING_CONF_PREFIX)
-    unknown = [key for key in conf if not key.startswith(allowed)]
+        settings[CHANGELOG_SETTINGS_PREFIX + "s3.region"] = args.s3_region
+    allowed = ((SETTINGS_PREFIX,) if args.command == "rescale"
+               else (CHANGELOG_SETTINGS_PREFIX, FENCING_SETTINGS_PREFIX))
+    unknown = [key for key in settings if not key.startswith(allowed)]
     if unknown:
         raise ChangelogError(f"--conf {unknown[0]!r}: only {' and '.join(allowed)}* settings "
                              f"apply to {args.command}")
-    return conf
+    return settings
 
 
-def storage_options(args: argparse.Namespace) -> ChangelogSettings:
-    return ChangelogSettings.from_mapping(tool_conf(args), CHANGELOG_CONF_PREFIX)
+def changelog_settings(args: argparse.Namespace) -> ChangelogSettings:
+    return ChangelogSettings.from_mapping(tool_settings(args), CHANGELOG_SETTINGS_PREFIX)
 
 
-def fencing_options(args: argparse.Namespace) -> FencingSettings:
-    return FencingSettings.from_mapping(tool_conf(args), FENCING_CONF_PREFIX)
+def fencing_settings(args: argparse.Namespace) -> FencingSettings:
+    return FencingSettings.from_mapping(tool_settings(args), FENCING_SETTINGS_PREFIX)
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Exit status: 0 fine, 1 problems found (verify, cleanup), 2 usage or access errors."""
     out = out or sys.stdout
     args = build_parser().parse_args(argv)
-    if args.command == "import-state":
-        return _import_state(args, out)
+    if args.command in ("import-state", "export-state"):
+        return _move(args, out)
     try:
-        storage = ChangelogService(args.url, storage_options(args))
-        fencing = fencing_options(args)
+        storage = ChangelogService(args.url, changelog_settings(args))
+        fencing = fencing_settings(args)
     except (ChangelogError, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -130,10 +147,18 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
 def _run(args: argparse.Namespace, storage: ChangelogService, fencing: FencingSettings,
          out: TextIO) -> int:
     if args.command == "inspect":
-        report = inspect_checkpoint(storage)
-        print(json.dumps(report, indent=1) if args.json else format_inspection(report),
+        report = _with_moves(inspect_checkpoint(storage), storage)
+        text = format_inspection(report)
+        lines = [f"move: {move}" for move in report["moves"]]
+        if report["spark_stores"]:
+            lines.append(f"Spark's own state of the moved query, kept as Spark left it (not "
+                         f"this backend's): {', '.join(report['spark_stores'])}")
+        print(json.dumps(report, indent=1) if args.json
+              else "\n".join([*text.splitlines()[:1], *lines, *text.splitlines()[1:]]),
               file=out)
         return 0
+    if args.command in ("rescale", "takeover"):
+        _refuse_moved_location(args, storage)
     if args.command == "report":
         count = write_report(storage, args.url, args.output)
         print(f"wrote {args.output}: {count} batch(es)", file=out)
@@ -150,32 +175,69 @@ def _run(args: argparse.Namespace, storage: ChangelogService, fencing: FencingSe
     return 1 if cleanup.problems else 0
 
 
-def _import_state(args: argparse.Namespace, out: TextIO) -> int:
-    """Runs in a SparkSession of its own (or the running one): Spark's state reader does the
-    reading. pyspark is imported here only, so the other commands work without it."""
+def _with_moves(report: dict[str, Any], storage: ChangelogService) -> dict[str, Any]:
+    """The location's moves (driver/ownership.py); after a move from Spark, Spark's own stores
+    (its operator ids under state/) are listed apart from this backend's."""
+    from pyspark_dstl.spark.driver.ownership import TO_DSTL, read_moves
+
+    moves = read_moves(storage)
+    report["moves"] = [move.describe() for move in moves]
+    report["spark_stores"] = []
+    if any(move.kind == TO_DSTL for move in moves):
+        spark_ids = sorted(s for s in report["stores"] if s.split("/")[0].isdigit())
+        report["spark_stores"] = [f"state/{store_id}" for store_id in spark_ids]
+        for store_id in spark_ids:
+            report["stores"].pop(store_id)
+    return report
+
+
+def _refuse_moved_location(args: argparse.Namespace, storage: ChangelogService) -> None:
+    from pyspark_dstl.spark.driver.ownership import TO_SPARK, read_moves
+
+    moves = read_moves(storage)
+    if moves and moves[-1].kind == TO_SPARK:
+        raise ConfigError(f"{args.command} {args.url}: the location's state moved back to "
+                          f"Spark's operator ({moves[-1].describe()}); it is left behind and "
+                          f"no longer changed")
+
+
+def _move(args: argparse.Namespace, out: TextIO) -> int:
+    """import-state and export-state run in a SparkSession of their own (or the running one):
+    Spark's own readers and operator do the reading and writing. pyspark is imported here
+    only, so the other commands work without it."""
     if not args.target or not args.processor:
-        print("error: import-state needs <spark-checkpoint> <checkpoint> --processor "
-              "module:Class", file=sys.stderr)
+        what = ("<spark-checkpoint> <checkpoint>" if args.command == "import-state"
+                else "<checkpoint> <spark-checkpoint>")
+        print(f"error: {args.command} needs {what} --processor module:Class", file=sys.stderr)
         return 2
-    conf: dict[str, str] = {}
+    settings: dict[str, str] = {}
     for item in args.conf:
         key, sep, value = item.partition("=")
-        if not sep or not key.strip().startswith(CONF_PREFIX):
-            print(f"error: --conf {item!r}: expected {CONF_PREFIX}KEY=VALUE", file=sys.stderr)
+        if not sep or not key.strip().startswith(SETTINGS_PREFIX):
+            print(f"error: --conf {item!r}: expected {SETTINGS_PREFIX}KEY=VALUE", file=sys.stderr)
             return 2
-        conf[key.strip()] = value
+        settings[key.strip()] = value
     try:
         from pyspark.sql import SparkSession
 
+        from pyspark_dstl.spark.moves.export_state import export_state
         from pyspark_dstl.spark.moves.import_state import import_state
     except ImportError as exc:
-        print(f"error: import-state needs pyspark (pip install 'pyspark-dstl[spark]'): {exc}",
-              file=sys.stderr)
+        print(f"error: {args.command} needs pyspark (pip install 'pyspark-dstl[spark]'): "
+              f"{exc}", file=sys.stderr)
         return 2
-    spark = SparkSession.builder.appName("pyspark-dstl import-state").getOrCreate()
+    spark = SparkSession.builder.appName(f"pyspark-dstl {args.command}").getOrCreate()
     try:
-        report = import_state(spark, args.url, args.target, args.processor, name=args.name,
-                              conf=conf, engine_checkpoint=args.engine_checkpoint)
+        if args.command == "import-state":
+            report: Any = import_state(spark, args.url, args.target, args.processor,
+                                       name=args.name, settings=settings,
+                                       engine_checkpoint=args.engine_checkpoint)
+        else:
+            report = export_state(spark, args.url, args.target, args.processor,
+                                  name=args.name, settings=settings,
+                                  engine_checkpoint=args.engine_checkpoint,
+                                  rows=True if args.rows else None,
+                                  output_mode=args.output_mode)
     except DstlError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -193,9 +255,9 @@ def _rescale(args: argparse.Namespace, storage: ChangelogService, fencing: Fenci
     if args.partitions is None or args.partitions < 1:
         raise ConfigError("rescale: --partitions N names the new number of state partitions "
                           "(at least 1)")
-    options = BackendSettings.from_mapping(tool_conf(args))
+    settings = BackendSettings.from_mapping(tool_settings(args))
     types = [t.strip() for t in args.key_types.split(",")] if args.key_types else None
-    record = rescale_offline(storage, options, fencing, args.partitions,
+    record = rescale_offline(storage, settings, fencing, args.partitions,
                              operator=args.operator, key_types=types)
     if args.json:
         print(json.dumps(record, indent=1, sort_keys=True), file=out)

@@ -3,7 +3,7 @@
     python -m pyspark_dstl.configuration_page            # rewrite docs/configuration.md
     python -m pyspark_dstl.configuration_page --check    # exit 1 when the page is stale
 
-It lives in the backend because it is the one package that sees every options class.
+It lives in the backend because it is the one package that sees every settings class.
 """
 
 from __future__ import annotations
@@ -54,10 +54,10 @@ read them: driver and executors must see the same settings.
 
 @dataclass(frozen=True)
 class Group:
-    """One section of the page: a heading, an optional intro, and one options class."""
+    """One section of the page: a heading, an optional intro, and one settings class."""
 
     heading: str
-    options: type[Settings]
+    settings: type[Settings]
     intro: str = ""
 
 
@@ -85,7 +85,7 @@ def render() -> str:
         parts.append(f"\n## {group.heading}\n\n")
         if group.intro:
             parts.append(group.intro + "\n\n")
-        parts.append(markdown_table(group.options))
+        parts.append(markdown_table(group.settings))
     return "".join(parts)
 
 

@@ -9,7 +9,7 @@ fi
 # strict editable installs link each module file, so a new module needs a reinstall: the
 # stamp covers the list of the package's files as well
 stamp=.venv/.installed-$( (cat pyproject.toml scripts/bootstrap.sh; \
-    find pyspark_dstl/ core changelog materializer backend spark -name '*.py' | sort) \
+    find pyspark_dstl/ core changelog materializer backend spark data_sources -name '*.py' | sort) \
     | sha1sum | cut -c1-12)
 if [ ! -f "$stamp" ]; then
     .venv/bin/python -m pip install --quiet --upgrade pip

@@ -3,7 +3,8 @@
     from pyspark_dstl.spark import stateful, StatefulProcessor
 
     query = (stateful(events).group_by("user")
-             .process(CountProcessor(), "user string, count long", checkpoint=path)
+             .process(CountProcessor(), "user string, count long",
+                      checkpoint_location=path)
              .foreach_batch(sink).start(trigger={"availableNow": True}))
 
 The rooms, in the order data flows: switch/ (install(): PySpark's own calls routed here, the
@@ -19,8 +20,9 @@ Names here load on first use, so a room's pyspark-free modules import without py
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
+
+from pyspark_dstl.core.lazy_names import load_lazy_name
 
 _NAMES = {
     "BatchProgress": "pyspark_dstl.spark.driver.operator",
@@ -35,6 +37,7 @@ _NAMES = {
     "MapState": "pyspark_dstl.spark.processors.state_variables",
     "OBSERVATION": "pyspark_dstl.spark.driver.progress",
     "observed_state_metrics": "pyspark_dstl.spark.driver.progress",
+    "PROGRESS_JSON_LOGGER": "pyspark_dstl.spark.driver.progress",
     "PROGRESS_LOGGER": "pyspark_dstl.spark.driver.progress",
     "OperatorSpec": "pyspark_dstl.spark.driver.operator",
     "OutputSchemaError": "pyspark_dstl.spark.spark_errors",
@@ -62,12 +65,7 @@ _NAMES = {
 
 
 def __getattr__(name: str) -> Any:
-    module = _NAMES.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+    return load_lazy_name(__name__, _NAMES, name)
 
 
 __all__ = sorted(_NAMES)

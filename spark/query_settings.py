@@ -2,7 +2,7 @@
 
 The backend's own keys (state store, RocksDB, changelog, materialization) are parsed by
 BackendSettings; the keys under `spark.dstl.query.` belong to the streaming integration.
-Executors rebuild the options from the same dict, so driver and tasks cannot disagree.
+Executors rebuild the settings from the same dict, so driver and tasks cannot disagree.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark_dstl.backend.backend_settings import CONF_PREFIX, BackendSettings
+from pyspark_dstl.backend.backend_settings import SETTINGS_PREFIX, BackendSettings
 from pyspark_dstl.core.errors import ConfigError
 from pyspark_dstl.core.settings import (
     BOOL,
@@ -28,8 +28,9 @@ from pyspark_dstl.core.settings import (
 from pyspark_dstl.core.units import MIB
 
 QUERY_SECTION = "query."
-QUERY_PREFIX = CONF_PREFIX + QUERY_SECTION
+QUERY_PREFIX = SETTINGS_PREFIX + QUERY_SECTION
 OUTPUT_MODES = ("collect", "files", "cache")
+SPARK_CHECKPOINT_CHOICES = ("refuse", "migrate")
 PLAIN_NAME = Rule("be a non-empty name without '/' or '..'",
                   lambda name: "/" not in name and ".." not in name)
 
@@ -42,11 +43,14 @@ class QuerySettings(Settings):
 
     checkpoint_location: str | None = setting(
         "checkpointLocation", TEXT, None,
-        "Checkpoint root (a path, `file://`, `s3://` or any fsspec URL) when "
-        "`process(..., checkpoint=...)` does not give one.")
+        "The checkpoint location (a path, `file://`, `s3://` or any fsspec URL) when "
+        "`process(..., checkpoint_location=...)` does not give one.")
     engine_checkpoint_location: str | None = setting(
-        "engineCheckpointLocation", TEXT, None, "Where Spark's own offsets and commits go.",
-        shown_default="`<checkpoint>/engine` for local checkpoints")
+        "engineCheckpointLocation", TEXT, None,
+        "Where Spark's own offsets and commits go (the engine checkpoint, written by Spark "
+        "through Hadoop), for the builder and the switch alike; a checkpoint location that is "
+        "not local (`s3://`, `s3a://`) needs it: a start without it is refused.",
+        shown_default="`<checkpoint location>/engine` for local ones")
     partitions: int | None = setting(
         "partitions", INT, None,
         "Number of state partitions; a number other than the checkpoint's rescales its state "
@@ -69,24 +73,35 @@ class QuerySettings(Settings):
         "it with its meta row instead of writing a file, which saves small batches a Spark "
         "job; the driver receives at most partitions x this per batch. `0` writes every "
         "output to a file.", at_least=0)
+    spark_checkpoint: str = setting(
+        "sparkCheckpoint", WORD, "refuse",
+        "What a query on the switch does when its checkpoint location holds Spark's own "
+        "streaming checkpoint and no state of this backend: `refuse` (before anything is "
+        "written, with the command that moves the state) or `migrate` (move the state in "
+        "place when the query starts, as `import-state <location> <location>` does; Spark's "
+        "own operator then refuses the location). docs/migration.md, the runbook.",
+        choices=SPARK_CHECKPOINT_CHOICES)
     cleanup_interval: int = setting(
         "cleanupInterval", INT, 10,
         "Run retention cleanup on the driver every N batches (between batches); `0` switches "
         "it off.", at_least=0, hint="0 switches cleanup off")
     log_progress: bool = setting(
-        "logProgress", BOOL, True,
-        "Log one JSON line per batch (logger `pyspark_dstl.progress`, INFO) with the batch's "
-        "state and upload metrics.")
+        "logProgress", BOOL, False,
+        "Show each batch's one-line summary on stderr even where Python logging is not "
+        "configured. Either way the line is logged at INFO to `pyspark_dstl.progress`, and "
+        "every metric of the batch as one JSON object at DEBUG to "
+        "`pyspark_dstl.progress.json`: a logging configuration that shows those shows them.")
     observed_metrics: bool = setting(
         "observedMetrics", BOOL, True,
         "Put the newest committed batch's state metrics into Spark's progress reports "
         "(observed metrics `dstl_state`). Costs a fixed 0.15-0.2 s per batch on a two-core "
         "machine (one more Spark job of one task, a broadcast, one short listing and one read "
         "of the commit log; docs/metrics.md splits it), so `false` makes short batches faster; "
-        "the log line, the commit entries and `stream.progress` keep every metric either way.")
+        "the JSON log record, the commit entries and `stream.progress` keep every metric "
+        "either way.")
 
 
-QUERY_CONF_KEYS: dict[str, str] = setting_keys(QuerySettings)
+QUERY_SETTING_KEYS: dict[str, str] = setting_keys(QuerySettings)
 """Field name -> key below spark.dstl.query."""
 
 
@@ -95,7 +110,7 @@ def normalize_key(key: str) -> str:
     if not isinstance(key, str) or not key.strip():
         raise ConfigError(f"setting name must be a non-empty string, got {key!r}")
     key = key.strip()
-    return key if key.startswith(CONF_PREFIX) else CONF_PREFIX + key
+    return key if key.startswith(SETTINGS_PREFIX) else SETTINGS_PREFIX + key
 
 
 @dataclass(frozen=True)
@@ -115,7 +130,7 @@ class DstlSettings:
     def resolve(cls, spark_conf: Mapping[str, str],
                 overrides: Mapping[str, Any] | None = None) -> DstlSettings:
         """Session settings under spark.dstl., then per-query overrides (short or full keys)."""
-        settings = {k: str(v) for k, v in spark_conf.items() if k.startswith(CONF_PREFIX)}
+        settings = {k: str(v) for k, v in spark_conf.items() if k.startswith(SETTINGS_PREFIX)}
         for key, value in (overrides or {}).items():
             settings[normalize_key(key)] = _to_setting(value)
         return cls.from_settings(settings)
@@ -131,9 +146,9 @@ class DstlSettings:
         """Read every spark.dstl.* key of a SparkSession (runtime conf and SparkConf)."""
         found: dict[str, str] = {}
         for key, value in _launch_settings(spark):
-            if key.startswith(CONF_PREFIX):
+            if key.startswith(SETTINGS_PREFIX):
                 found[key] = value
-        found.update({k: v for k, v in spark.conf.getAll.items() if k.startswith(CONF_PREFIX)})
+        found.update({k: v for k, v in spark.conf.getAll.items() if k.startswith(SETTINGS_PREFIX)})
         return cls.resolve(found, overrides)
 
 

@@ -61,3 +61,34 @@ class StateSchemaError(DstlSparkError, ValueError):
     narrowed or changed type, a changed key schema, state kind or TTL kind), or a schema
     record is missing or damaged; raised on the driver before any batch, naming the state
     variable, the field, the old and the new type, and what to do."""
+
+
+class MoveError(DstlSparkError):
+    """Root of the errors of moves between Spark's own operator and this backend (import-state,
+    the in-place move, export-state, a location that another engine owns); line one names the
+    checkpoint location or file and the command that fixes it."""
+
+
+class SparkCheckpointHereError(MoveError):
+    """A query of this backend starts on a location holding Spark's own streaming checkpoint
+    and no state of this backend: it would start from empty state. The message gives the
+    command that moves the state in place or into a new location."""
+
+
+class LocationMovedError(MoveError):
+    """The location's state moved to the other engine (export-state), or a move of it was
+    interrupted: no engine may resume it until the move is finished; names the move and the
+    command."""
+
+
+class MoveRecordError(MoveError):
+    """A move record under `<location>/moves/` or a move marker in Spark's offset log cannot
+    be read; names the file."""
+class PySparkVersionError(DstlSparkError):
+    """A feature the installed PySpark (or the Spark behind a Connect session) does not have;
+    names the feature, the version, the first version that has it and what to use instead."""
+
+
+class PySparkVersionAttributeError(PySparkVersionError, AttributeError):
+    """A PySpark method the installed version lacks, asked for with the switch installed (an
+    AttributeError still, so `hasattr` answers as PySpark would)."""

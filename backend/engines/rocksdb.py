@@ -68,15 +68,15 @@ class RocksDBSettings:
         self._lock = threading.Lock()
 
     @classmethod
-    def from_options(cls, options: BackendSettings) -> RocksDBSettings:
-        return cls(options.write_buffer_size, options.block_cache_size,
-                   options.max_background_jobs,
-                   compaction_style=options.compaction_style,
-                   max_bytes_for_level_base=options.max_bytes_for_level_base,
-                   target_file_size_base=options.target_file_size_base,
-                   level0_compaction_trigger=options.level0_compaction_trigger,
+    def from_settings(cls, settings: BackendSettings) -> RocksDBSettings:
+        return cls(settings.write_buffer_size, settings.block_cache_size,
+                   settings.max_background_jobs,
+                   compaction_style=settings.compaction_style,
+                   max_bytes_for_level_base=settings.max_bytes_for_level_base,
+                   target_file_size_base=settings.target_file_size_base,
+                   level0_compaction_trigger=settings.level0_compaction_trigger,
                    universal_max_size_amplification_percent=(
-                       options.universal_max_size_amplification_percent))
+                       settings.universal_max_size_amplification_percent))
 
     def options(self, create: bool = True) -> Options:
         with self._lock:

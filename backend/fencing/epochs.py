@@ -1,12 +1,12 @@
-"""Epoch files: which run holds a checkpoint root, all of them created once and never changed.
+"""Epoch files: which run holds a checkpoint location, all of them created once and never changed.
 
 ```
-<root>/epochs/<e>        epoch e: the run that took the root (JSON, below)
-<root>/epochs/<e>.<k>    the k-th renewal of epoch e's lease (k = 1, 2, ...)
-<root>/epochs/<e>.end    epoch e ended: its run let go and writes nothing more
+<location>/epochs/<e>        epoch e: the run that took the location (JSON, below)
+<location>/epochs/<e>.<k>    the k-th renewal of epoch e's lease (k = 1, 2, ...)
+<location>/epochs/<e>.end    epoch e ended: its run let go and writes nothing more
 ```
 
-The newest epoch (the highest e with an epoch file) holds the root. Each file is written with
+The newest epoch (the highest e with an epoch file) holds the location. Each file is written with
 the storage's create-only put, so two runs can never both take epoch e. Every file is a JSON
 document with a magic, a format version and a SHA-256 of its body, like commit log entries.
 """
@@ -69,16 +69,12 @@ class EpochRecord:
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any], path: str) -> EpochRecord:
-        try:
-            took_over = body.get("took_over")
-            record = cls(_int(body["epoch"]), str(body["run_id"]),
-                         ProcessIdentity.from_dict(body["process"]),
-                         _int(body["lease_ms"]) / 1000, str(body["purpose"]),
-                         (_int(took_over[0]), str(took_over[1])) if took_over else None,
-                         _int(body["created_ms"]))
-        except (KeyError, TypeError, ValueError, IndexError) as exc:
-            raise CorruptCheckpointError(f"epoch file {path!r} is malformed: "
-                                         f"{excerpt(exc)}") from exc
+        took_over = body.get("took_over")
+        record = cls(_int(body["epoch"]), str(body["run_id"]),
+                     ProcessIdentity.from_dict(body["process"]),
+                     _int(body["lease_ms"]) / 1000, str(body["purpose"]),
+                     (_int(took_over[0]), str(took_over[1])) if took_over else None,
+                     _int(body["created_ms"]))
         if epoch_path(record.epoch) != path:
             raise CorruptCheckpointError(f"epoch file {path!r} describes epoch {record.epoch}")
         return record
@@ -88,9 +84,10 @@ def encode(magic: str, body: Mapping[str, Any]) -> bytes:
     return _kind(magic).encode(body)
 
 
-def decode(data: bytes, path: str, magic: str) -> dict[str, Any]:
-    """The body of a document with this magic; CorruptCheckpointError naming `path` else."""
-    return _kind(magic).decode(data, path)[1]
+def decode_epoch(data: bytes, path: str) -> EpochRecord:
+    """The epoch record at `path`; CorruptCheckpointError naming it when it is not one."""
+    return _kind(EPOCH_MAGIC).decode_as(data, path,
+                                        lambda _, body: EpochRecord.from_body(body, path))
 
 
 def _kind(magic: str) -> RecordKind:
@@ -144,6 +141,6 @@ class EpochTable:
 
     @property
     def newest(self) -> EpochFiles | None:
-        """The epoch that holds the root: the highest one with its epoch file."""
+        """The epoch that holds the location: the highest one with its epoch file."""
         taken = [files for files in self.epochs.values() if files.has_record]
         return max(taken, key=lambda files: files.epoch, default=None)

@@ -1,19 +1,19 @@
-"""One writer per checkpoint root: a run holds the root through an epoch and a lease.
+"""One writer per checkpoint location: a run holds the location through an epoch and a lease.
 
-A run takes the root by creating `epochs/<e>` (create-only: of two runs racing for epoch e,
+A run takes the location by creating `epochs/<e>` (create-only: of two runs racing for epoch e,
 one wins) and holds it while that is the newest epoch. It renews its lease by creating
 `epochs/<e>.<k>` every third of the lease duration (never overwriting anything) and lets go by
 creating `epochs/<e>.end`. Before every commit log entry and every cleanup deletion it checks
 that its epoch is still the newest (FencedError otherwise), and the commit log only accepts
 the one name that follows what it has seen (commit_log.py).
 
-A run starting on a root another run holds:
-- the holder let go (`.end`): the root is free;
+A run starting on a location another run holds:
+- the holder let go (`.end`): the location is free;
 - the holder ran on this host and its process is gone (lineage/process.py), or it belongs to
   this process and is idle: it is known dead, or let go at once;
 - otherwise the starter watches the holder's renewals for one lease duration by its own
   clock: a renewal means the holder lives and the start is refused (CheckpointHeldError
-  naming the root and the holder); silence means it is presumed dead.
+  naming the location and the holder); silence means it is presumed dead.
 Taking over from a holder that did not let go writes fences into the commit log at the names
 the old run would use next, so whatever the old run still does (a paused process resuming, a
 partition healing), no entry of it can join the committed lineage after the takeover. No
@@ -47,7 +47,7 @@ from pyspark_dstl.backend.fencing.epochs import (
     EpochFiles,
     EpochRecord,
     EpochTable,
-    decode,
+    decode_epoch,
     encode,
     end_path,
     epoch_path,
@@ -66,13 +66,13 @@ from pyspark_dstl.materializer.remote import RemoteFiles
 log = logging.getLogger(__name__)
 HELD, RELEASED, FENCED = "held", "released", "fenced"
 KEEP_EPOCHS = 4
-"""Older epochs' files are deleted when a run takes the root, except the newest few (for
+"""Older epochs' files are deleted when a run takes the location, except the newest few (for
 `inspect`); the newest epoch's own files are never deleted by anyone else."""
 _MAX_ACQUIRE_ROUNDS = 8
 
 
 class LeaseStorage(RemoteFiles, Protocol):
-    """What the lease needs of ChangelogService: RemoteFiles plus the root's URL."""
+    """What the lease needs of ChangelogService: RemoteFiles plus the location's URL."""
 
     @property
     def url(self) -> str: ...
@@ -80,7 +80,7 @@ class LeaseStorage(RemoteFiles, Protocol):
 
 @dataclass(frozen=True)
 class Holder:
-    """The run that holds a root, as the epoch files tell."""
+    """The run that holds a location, as the epoch files tell."""
 
     record: EpochRecord
     renewals: int
@@ -88,7 +88,7 @@ class Holder:
 
 
 class CheckpointLease:
-    """This run's hold on a root. `check` before writing or deleting anything."""
+    """This run's hold on a location. `check` before writing or deleting anything."""
 
     def __init__(self, storage: LeaseStorage, record: EpochRecord,
                  commit_log: CommitLog) -> None:
@@ -152,7 +152,7 @@ class CheckpointLease:
     @contextlib.contextmanager
     def use(self) -> Iterator[CheckpointLease]:
         """Marks the run busy (a batch, a commit, a cleanup): this process does not take
-        the root from it meanwhile."""
+        the location from it meanwhile."""
         with self._lock:
             self._in_use += 1
         try:
@@ -218,7 +218,7 @@ class CheckpointLease:
                 [renewal_path(self.epoch, self._renewals - 2)]))
 
     def release(self, reason: str = "released") -> None:
-        """Let go: no more writes; the next run takes the root without waiting or fencing."""
+        """Let go: no more writes; the next run takes the location without waiting or fencing."""
         with self._lock:
             if self._state != HELD or self._in_use:
                 if self._state == HELD:
@@ -245,16 +245,16 @@ class CheckpointLease:
             _forget(self)
 
 
-# --- taking a root ---------------------------------------------------------------------------
+# --- taking a location ---------------------------------------------------------------------------
 
 
-def acquire(storage: LeaseStorage, options: FencingSettings, *, purpose: str = "run",
+def acquire(storage: LeaseStorage, settings: FencingSettings, *, purpose: str = "run",
             take_over: str | None = None, run_id: str | None = None,
             release_when: Callable[[], bool] | None = None) -> CheckpointLease:
-    """Take the root for a new run (see the module docstring) and renew its lease until it
+    """Take the location for a new run (see the module docstring) and renew its lease until it
     lets go (`release()`, or once `release_when()` holds); CheckpointHeldError while a live
     run holds it. `take_over`: the run id of a holder known to be dead, taken over at once
-    (refused if another run holds the root)."""
+    (refused if another run holds the location)."""
     key = _root_key(storage)
     with _lock_of(key):
         _let_go_in_process(key, storage, take_over)
@@ -269,7 +269,7 @@ def acquire(storage: LeaseStorage, options: FencingSettings, *, purpose: str = "
                     continue  # it moved on while watched: look again
             epoch = max(table.epochs, default=0) + 1
             record = EpochRecord(epoch, run, ProcessIdentity.current(),
-                                 options.lease_duration, purpose,
+                                 settings.lease_duration, purpose,
                                  (fenced.epoch, fenced.run_id) if fenced else None)
             try:
                 _put(storage, epoch_path(epoch), encode(EPOCH_MAGIC, record.to_body()))
@@ -334,17 +334,17 @@ def _watch(storage: LeaseStorage, newest: EpochFiles, lease_seconds: float) -> s
 
 
 def holder_of(storage: RemoteFiles) -> Holder | None:
-    """Who holds (or last held) the root; None when no run ever took it."""
+    """Who holds (or last held) the location; None when no run ever took it."""
     newest = _read_table(storage).newest
     if newest is None:
         return None
     return Holder(_read_record(storage, newest.epoch), newest.renewals, newest.ended)
 
 
-def take_over(storage: LeaseStorage, options: FencingSettings, run_id: str) -> EpochRecord:
-    """Fence run `run_id`, known to be dead, and leave the root free; the takeover's own
-    epoch record. CheckpointHeldError if another run holds the root."""
-    lease = acquire(storage, options, purpose="takeover", take_over=run_id)
+def take_over(storage: LeaseStorage, settings: FencingSettings, run_id: str) -> EpochRecord:
+    """Fence run `run_id`, known to be dead, and leave the location free; the takeover's own
+    epoch record. CheckpointHeldError if another run holds the location."""
+    lease = acquire(storage, settings, purpose="takeover", take_over=run_id)
     lease.release("takeover done")
     return lease.record
 
@@ -357,7 +357,7 @@ _registry_lock = threading.Lock()
 
 
 def held_lease(storage: RemoteFiles) -> CheckpointLease | None:
-    """The lease a run of this process holds on the root, if any."""
+    """The lease a run of this process holds on the location, if any."""
     with _registry_lock:
         return _registry.get(_root_key(storage))
 
@@ -417,7 +417,7 @@ def _read_record(storage: RemoteFiles, epoch: int) -> EpochRecord:
         data = storage.loop.run(storage.aget(path))
     except ChangelogError as exc:
         raise CorruptCheckpointError(f"cannot read epoch file {path!r}: {exc}") from exc
-    return EpochRecord.from_body(decode(data, path, EPOCH_MAGIC), path)
+    return decode_epoch(data, path)
 
 
 def _put(storage: RemoteFiles, path: str, data: bytes) -> None:

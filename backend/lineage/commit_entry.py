@@ -11,11 +11,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark_dstl.backend.backend_errors import BackendError, CommitLogCorruptError, CommitLogError
+from pyspark_dstl.backend.backend_errors import CommitLogCorruptError, CommitLogError
 from pyspark_dstl.backend.lineage.naming import make_store_id
 from pyspark_dstl.backend.lineage.store_commit import StoreCommit
 from pyspark_dstl.core.checksummed_json import RecordKind
-from pyspark_dstl.core.errors import excerpt
 
 MAGIC = "DSTL-COMMIT"
 FENCE_MAGIC = "DSTL-FENCE"
@@ -136,9 +135,5 @@ def decode_entry(data: bytes, path: str) -> CommitEntry:
 
 def decode_record(data: bytes, path: str) -> CommitEntry | Fence:
     """What a name under commits/ holds: a commit entry or a fence."""
-    magic, body = RECORD.decode(data, path)
-    try:
-        return Fence.from_dict(body) if magic == FENCE_MAGIC else CommitEntry.from_dict(body)
-    except (BackendError, KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
-        raise CommitLogCorruptError(f"commit log entry {path!r} is malformed: "
-                                    f"{excerpt(exc)}") from exc
+    return RECORD.decode_as(data, path, lambda magic, body: (
+        Fence.from_dict(body) if magic == FENCE_MAGIC else CommitEntry.from_dict(body)))

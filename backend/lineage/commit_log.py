@@ -2,7 +2,7 @@
 
 An entry is never overwritten. Each batch's entries are generations
 f"commits/{batch_id}.{generation}"; readers take the highest generation that holds an entry.
-Writing needs the lease of the run holding the root (fencing.py) and takes exactly one name:
+Writing needs the lease of the run holding the location (fencing.py) and takes exactly one name:
 the next generation of the batch. A name already taken means another run wrote first, and the
 write fails; it never moves on to a later name. A batch at or below the latest committed one is
 refused unless it is an explicit re-execution (`rerun=True`) of the latest batch, which writes
@@ -54,8 +54,14 @@ T = TypeVar("T")
 Generations = dict[int, list[tuple[int, ObjectInfo]]]
 
 
+def is_entry_name(name: str) -> bool:
+    """Whether a name under commits/ is one this log writes (`<batch>.<generation>`; Spark's
+    own commit log names its files `<batch>`)."""
+    return _ENTRY_NAME.match(name) is not None
+
+
 class WriteGuard(Protocol):
-    """The lease of the run holding the root (fencing.CheckpointLease)."""
+    """The lease of the run holding the location (fencing.CheckpointLease)."""
 
     @property
     def epoch(self) -> int: ...
@@ -64,7 +70,7 @@ class WriteGuard(Protocol):
     def run_id(self) -> str: ...
 
     def check(self, action: str) -> None:
-        """Raise FencedError unless this run still holds the root."""
+        """Raise FencedError unless this run still holds the location."""
 
 
 class CommitLog:

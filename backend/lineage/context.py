@@ -1,4 +1,4 @@
-"""RootContext: what every provider of one checkpoint root shares."""
+"""LocationContext: what every provider of one checkpoint location shares."""
 
 from __future__ import annotations
 
@@ -11,12 +11,13 @@ from pyspark_dstl.materializer.materializer import Materializer
 
 
 @dataclass(frozen=True)
-class RootContext:
-    """One changelog storage, one materializer and one local directory per checkpoint root."""
+class LocationContext:
+    """One changelog service, one materializer and one local directory per checkpoint
+    location."""
 
-    url: str
+    location: str
     storage: ChangelogService
     materializer: Materializer
-    options: BackendSettings
+    settings: BackendSettings
     local_root: str
     rocksdb: RocksDBSettings

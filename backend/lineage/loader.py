@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from pyspark_dstl.backend.backend_errors import CorruptCheckpointError
 from pyspark_dstl.backend.engines.base import Engine
-from pyspark_dstl.backend.lineage.context import RootContext
+from pyspark_dstl.backend.lineage.context import LocationContext
 from pyspark_dstl.backend.lineage.position import Position
 from pyspark_dstl.backend.lineage.replay import ReplayStats, replay_files, replay_handle
 from pyspark_dstl.backend.lineage.resolver import plan_replay
@@ -40,7 +40,7 @@ class Loaded:
 
 
 class StoreLoader:
-    def __init__(self, context: RootContext, store_id: str, empty_engine: EmptyEngine,
+    def __init__(self, context: LocationContext, store_id: str, empty_engine: EmptyEngine,
                  snapshot_engine: SnapshotEngine) -> None:
         self._context = context
         self._store_id = store_id

@@ -89,7 +89,7 @@ def split_store_id(store_id: str) -> tuple[str, int]:
 
 
 def store_dir(store_id: str) -> str:
-    """The store's directory relative to the checkpoint root."""
+    """The store's directory relative to the checkpoint location."""
     operator, partition = split_store_id(store_id)
     return f"{STATE_PREFIX}/{operator}/{partition}"
 

@@ -20,11 +20,10 @@ from pyspark_dstl.backend.lineage.completion import require_checkpoint, status_f
 from pyspark_dstl.backend.lineage.latest import latest_writes
 from pyspark_dstl.backend.lineage.resolver import ReplayPlan
 from pyspark_dstl.backend.lineage.rules import HeaderMeta, MarkerCheck
-from pyspark_dstl.changelog import ChangeSet
 from pyspark_dstl.changelog.changelog_errors import ChangelogError, FormatError, ObjectNotFoundError
 from pyspark_dstl.changelog.changelog_handle import ChangelogHandle, Segment
 from pyspark_dstl.changelog.changelog_service import ChangelogService, SyncReader
-from pyspark_dstl.changelog.files import FileHeader, LogInFile, read_file_log
+from pyspark_dstl.changelog.files import ChangeSet, FileHeader, LogInFile, read_file_log
 
 READ_GROUP_BYTES = 64 * 1024 * 1024
 COALESCE_BYTES = 32 * 1024 * 1024

@@ -27,7 +27,7 @@ from typing import Protocol
 
 from pyspark_dstl.backend.backend_errors import BackendError
 from pyspark_dstl.backend.engines.base import Engine
-from pyspark_dstl.backend.lineage.context import RootContext
+from pyspark_dstl.backend.lineage.context import LocationContext
 from pyspark_dstl.backend.lineage.naming import snapshot_path
 from pyspark_dstl.backend.lineage.position import Position
 from pyspark_dstl.changelog.changelog_errors import ChangelogError, ObjectNotFoundError
@@ -50,7 +50,7 @@ class EngineCatchUp(Protocol):
 
 
 class SnapshotTracker:
-    def __init__(self, context: RootContext, store_id: str,
+    def __init__(self, context: LocationContext, store_id: str,
                  awaited: SnapshotId | None = None) -> None:
         self._context = context
         self._store_id = store_id
@@ -111,7 +111,7 @@ class SnapshotTracker:
         except ChangelogError as exc:
             log.warning("store %r: cannot look for snapshot manifest %r, trying again at the "
                         "next commit: %s", self._store_id, path, exc)
-        if target[0] < new_version - self._context.options.min_batches_to_retain + 1:
+        if target[0] < new_version - self._context.settings.min_batches_to_retain + 1:
             self._awaited = None  # its process may be gone: stop asking
             self.dropped += 1
         return None
@@ -256,7 +256,7 @@ def _exists(storage: ChangelogService, path: str) -> bool:
     """One HEAD (with the storage's retry policy for transient failures)."""
     async def head() -> bool:
         try:
-            await storage.retry.call(lambda _: storage.store.head(path), path=path,
+            await storage.retry.call(lambda _: storage.storage.head(path), path=path,
                                      what="head")
         except ObjectNotFoundError:
             return False

@@ -1,4 +1,4 @@
-"""What lies in a checkpoint root's store directories, sorted by kind."""
+"""What lies in a checkpoint location's store directories, sorted by kind."""
 
 from __future__ import annotations
 

@@ -21,9 +21,9 @@ _POLL_SECONDS = 0.01  # the longest wait between two tries of a held lock
 _FIRST_POLL_SECONDS = 0.001  # the first: a hand-off between processes takes milliseconds
 
 
-def root_dir(local_dir: str, checkpoint_url: str) -> str:
-    """The local directory of one checkpoint root (a readable, collision-free name)."""
-    return os.path.join(os.path.abspath(local_dir), local_dir_name(checkpoint_url))
+def location_dir(local_dir: str, location: str) -> str:
+    """The local directory of one checkpoint location (a readable, collision-free name)."""
+    return os.path.join(os.path.abspath(local_dir), local_dir_name(location))
 
 
 class StoreDirLock:

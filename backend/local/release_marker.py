@@ -6,42 +6,38 @@ StoreCommit the files hold. The next process of the host that loads exactly that
 (version, unique id) opens the directory instead of restoring from remote storage. It deletes
 the marker before it opens the DB for writing, so a crash halfway through a transaction can
 never leave a directory that claims a version it no longer holds. The marker is JSON with a
-format version and a SHA-256 of its content; anything unreadable means "not reusable".
+checksummed JSON record (core/checksummed_json.py); anything unreadable means "not reusable".
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import logging
 import os
 import uuid
-from typing import Any
 
-from pyspark_dstl.backend.backend_errors import BackendError
+from pyspark_dstl.backend.backend_errors import CorruptCheckpointError
 from pyspark_dstl.backend.lineage.store_commit import StoreCommit
+from pyspark_dstl.core.checksummed_json import RecordKind
+from pyspark_dstl.core.local_files import sync_directory
 
 log = logging.getLogger(__name__)
 MARKER_NAME = "released.json"
-MARKER_FORMAT_VERSION = 1
-
-
-def _digest(info: dict[str, Any]) -> str:
-    canonical = json.dumps(info, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
+MARKER_MAGIC = "DSTL-RELEASED"
+MARKER_FORMAT_VERSION = 2  # version 1 (a bare SHA-256, no magic) is not read: restored over
+MAX_MARKER_BYTES = 16 * 1024 * 1024
+_MARKER = RecordKind("release marker", (MARKER_MAGIC,), "info", MARKER_FORMAT_VERSION,
+                     CorruptCheckpointError, MAX_MARKER_BYTES)
 
 
 def write_marker(instance_dir: str, info: StoreCommit) -> None:
     """Atomically (temp file, fsync, rename, fsync of the directory) record `info`."""
-    body = info.to_dict()
-    text = json.dumps({"format_version": MARKER_FORMAT_VERSION, "sha256": _digest(body),
-                       "info": body}, sort_keys=True)
+    data = _MARKER.encode(info.to_dict())
     target = os.path.join(instance_dir, MARKER_NAME)
     temp = os.path.join(instance_dir, f".{MARKER_NAME}.{uuid.uuid4().hex}.tmp")
     try:
-        with open(temp, "x", encoding="utf-8") as handle:
-            handle.write(text)
+        with open(temp, "xb") as handle:
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temp, target)
@@ -49,7 +45,7 @@ def write_marker(instance_dir: str, info: StoreCommit) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temp)
         raise
-    _sync_dir(instance_dir)
+    sync_directory(instance_dir)
 
 
 def read_marker(instance_dir: str) -> StoreCommit | None:
@@ -57,24 +53,17 @@ def read_marker(instance_dir: str) -> StoreCommit | None:
     one is logged: the directory is then restored over, never reused)."""
     path = os.path.join(instance_dir, MARKER_NAME)
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_MARKER_BYTES + 1)
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
         log.warning("release marker %r is unreadable, not reusing its directory: %s", path, exc)
         return None
     try:
-        if not isinstance(data, dict):
-            raise ValueError("not a JSON object")
-        if data.get("format_version") != MARKER_FORMAT_VERSION:
-            raise ValueError(f"unsupported format version {data.get('format_version')!r}")
-        body = data.get("info")
-        if not isinstance(body, dict) or data.get("sha256") != _digest(body):
-            raise ValueError("checksum mismatch")
-        return StoreCommit.from_dict(body)
-    except (ValueError, BackendError) as exc:
-        log.warning("release marker %r is invalid, not reusing its directory: %s", path, exc)
+        return _MARKER.decode_as(data, path, lambda _, body: StoreCommit.from_dict(body))
+    except CorruptCheckpointError as exc:
+        log.warning("not reusing the directory of release marker %r: %s", path, exc)
         return None
 
 
@@ -82,7 +71,7 @@ def remove_marker(instance_dir: str) -> None:
     """Take the claim back (before the DB is opened for writing); durable on return."""
     with contextlib.suppress(FileNotFoundError):
         os.unlink(os.path.join(instance_dir, MARKER_NAME))
-    _sync_dir(instance_dir)
+    sync_directory(instance_dir)
 
 
 def find_released(store_dir: str, version: int,
@@ -113,10 +102,3 @@ def same_checkpoint(a: StoreCommit, b: StoreCommit) -> bool:
             and (a.materialized.to_dict() if a.materialized else None)
             == (b.materialized.to_dict() if b.materialized else None))
 
-
-def _sync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

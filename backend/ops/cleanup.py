@@ -18,10 +18,14 @@ finds the data files by their version and deletes them then.
 Uploads killed halfway leave temp files that no listing shows (LocalStorage's '.tmp-*'), so no
 reference rule can reach them: each cleaned store directory and the commit log directory are
 swept for such leftovers older than a grace period no live upload can reach.
+
+Change feeds that recorded their position (feed_holds.py) keep the batches they still need
+beyond the retained ones, up to a bound; the report names the feeds held for and let go.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import posixpath
 import time
@@ -31,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from pyspark_dstl.backend.backend_errors import BackendError
-from pyspark_dstl.backend.backend_settings import FencingSettings
+from pyspark_dstl.backend.backend_settings import BackendSettings, FencingSettings
 from pyspark_dstl.backend.faults import kill_point
 from pyspark_dstl.backend.fencing.lease import CheckpointLease, acquire, held_lease
 from pyspark_dstl.backend.lineage.commit_log import CommitEntry, CommitLog, WriteGuard
@@ -39,6 +43,7 @@ from pyspark_dstl.backend.lineage.naming import store_dir
 from pyspark_dstl.backend.lineage.store_commit import StoreCommit
 from pyspark_dstl.backend.lineage.store_listing import StoreDirListing, list_stores
 from pyspark_dstl.backend.ops.attempts import attempts_of, read_newest_header
+from pyspark_dstl.backend.ops.feed_holds import Retention, feed_positions, retention_with_feeds
 from pyspark_dstl.changelog.changelog_settings import ChangelogSettings
 from pyspark_dstl.changelog.storage.base import ObjectInfo
 from pyspark_dstl.materializer.manifest import SnapshotManifest
@@ -51,13 +56,14 @@ MIN_INCOMPLETE_GRACE = 300.0
 """Seconds: the least age at which a temp file counts as left behind by a dead upload."""
 INCOMPLETE_GRACE_ATTEMPTS = 10
 """Attempt timeouts a temp file must have outlived to count as left behind."""
+log = logging.getLogger(__name__)
 
 
 class CleanableFiles(RemoteFiles, Protocol):
     """RemoteFiles plus what the cleanup needs from ChangelogService."""
 
     @property
-    def options(self) -> ChangelogSettings: ...
+    def settings(self) -> ChangelogSettings: ...
 
     @property
     def url(self) -> str: ...
@@ -66,7 +72,7 @@ class CleanableFiles(RemoteFiles, Protocol):
                                          dry_run: bool = False) -> list[ObjectInfo]: ...
 
 
-def default_incomplete_grace(options: ChangelogSettings) -> float:
+def default_incomplete_grace(settings: ChangelogSettings) -> float:
     """How old a temp file must be before it is taken for the leftover of a dead upload.
 
     An upload's temp file lives for one attempt (bounded by retry.attemptTimeout), though a
@@ -74,7 +80,7 @@ def default_incomplete_grace(options: ChangelogSettings) -> float:
     timeouts, and at least 5 minutes against paused processes and clock skew between hosts
     sharing a file system. Removing a live one would fail that attempt, never damage an object.
     """
-    return max(INCOMPLETE_GRACE_ATTEMPTS * options.attempt_timeout, MIN_INCOMPLETE_GRACE)
+    return max(INCOMPLETE_GRACE_ATTEMPTS * settings.attempt_timeout, MIN_INCOMPLETE_GRACE)
 
 
 @dataclass
@@ -97,6 +103,7 @@ class CleanupReport:
     incomplete_grace: float = MIN_INCOMPLETE_GRACE
     incomplete_uploads: list[ObjectInfo] = field(default_factory=list)  # temp files removed
     deleted_by: tuple[int, str] | None = None  # (epoch, run id) of the run that deleted
+    retention: Retention | None = None  # the batches kept, with the change feeds' holds
 
     @property
     def files(self) -> list[str]:
@@ -116,7 +123,7 @@ class CleanupReport:
 class Cleaner:
     def __init__(self, storage: CleanableFiles, incomplete_grace: float | None = None) -> None:
         self._storage = storage
-        self._grace = (default_incomplete_grace(storage.options) if incomplete_grace is None
+        self._grace = (default_incomplete_grace(storage.settings) if incomplete_grace is None
                        else incomplete_grace)
         if not math.isfinite(self._grace) or self._grace < 0:
             raise BackendError(f"incomplete_grace must be a finite number of seconds >= 0, "
@@ -126,7 +133,7 @@ class Cleaner:
             commit_log: CommitLog | None = None, dry_run: bool = True,
             lease: WriteGuard | None = None) -> CleanupReport:
         """Clean every store the retained `entries` name; delete nothing when dry_run.
-        Deleting needs the lease of the run holding the root, checked before each delete."""
+        Deleting needs the lease of the run holding the location, checked before each delete."""
         if not dry_run and lease is None:
             raise BackendError("cleanup: deleting needs the lease of the run holding the "
                                "checkpoint")
@@ -262,28 +269,55 @@ def cleanup_checkpoint(storage: CleanableFiles, retain: int, *, dry_run: bool = 
                        in_flight: Iterable[StoreCommit] = (),
                        incomplete_grace: float | None = None,
                        lease: CheckpointLease | None = None,
-                       fencing: FencingSettings | None = None) -> CleanupReport:
+                       fencing: FencingSettings | None = None,
+                       feed_hold_limit: int | None = None) -> CleanupReport:
     """Keep the newest `retain` commit log entries and what they need; clean the rest.
 
     Temp files of uploads killed halfway, and attempts that never completed their commit, go
     once older than `incomplete_grace` seconds (default: default_incomplete_grace of the
-    storage's options). Deleting is done as the run holding the root: `lease`, or else the
+    storage's settings). Deleting is done as the run holding the location: `lease`, or else the
     run of this process that holds it, or else a run taken for the cleanup and let go after
-    it (CheckpointHeldError while another run holds the root: stop that run first).
+    it (CheckpointHeldError while another run holds the location: stop that run first).
+    Change feeds that recorded a position keep up to `feed_hold_limit` more batches
+    (feed_holds.py; None: the default of `stateStore.maxBatchesHeldForFeeds`).
     """
     commit_log = CommitLog(storage)
     cleaner = Cleaner(storage, incomplete_grace)
     if dry_run:
-        return cleaner.run(commit_log.retained(retain), in_flight=in_flight,
-                           commit_log=commit_log, dry_run=True)
+        kept = retention(storage, commit_log, retain, feed_hold_limit)
+        report = cleaner.run(commit_log.retained(kept.batches), in_flight=in_flight,
+                             commit_log=commit_log, dry_run=True)
+        report.retention = kept
+        return report
     held = lease or held_lease(storage)
     own = held is None
     if held is None:
         held = acquire(storage, fencing or FencingSettings(), purpose="cleanup")
     try:
         with held.use():
-            return cleaner.run(commit_log.retained(retain), in_flight=in_flight,
-                               commit_log=commit_log, dry_run=False, lease=held)
+            kept = retention(storage, commit_log, retain, feed_hold_limit)
+            report = cleaner.run(commit_log.retained(kept.batches), in_flight=in_flight,
+                                 commit_log=commit_log, dry_run=False, lease=held)
+            report.retention = kept
+            return report
     finally:
         if own:
             held.release("cleanup done")
+
+
+def retention(storage: CleanableFiles, commit_log: CommitLog, retain: int,
+              feed_hold_limit: int | None = None) -> Retention:
+    """The newest `retain` batches, and more for the change feeds that still need them (at
+    most `feed_hold_limit` more; None: the setting's default)."""
+    limit = (BackendSettings().max_batches_held_for_feeds if feed_hold_limit is None
+             else feed_hold_limit)
+    positions = feed_positions(storage)
+    if not positions:
+        return Retention(retain)
+    found = retention_with_feeds(commit_log.batch_ids(), retain, positions, limit)
+    for feed, position in found.released.items():
+        log.warning("cleanup of %s: change feed %r still needs batch %d, more than "
+                    "maxBatchesHeldForFeeds=%d batches beyond minBatchesToRetain=%d; it is "
+                    "let go and fails at its next read", storage.url, feed, position, limit,
+                    retain)
+    return found

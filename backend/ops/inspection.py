@@ -1,4 +1,4 @@
-"""`inspect`: what a checkpoint root holds, per store: versions, lineage, sizes, files.
+"""`inspect`: what a checkpoint location holds, per store: versions, lineage, sizes, files.
 
 Attempts whose commit never completed (aborted or crashed after early uploads) are listed as
 uncommitted: they are not checkpoints and cannot be loaded.
@@ -13,7 +13,7 @@ from pyspark_dstl.backend.fencing.lease import holder_of
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
 from pyspark_dstl.backend.lineage.store_listing import StoreDirListing, list_stores
 from pyspark_dstl.backend.ops.attempts import AttemptKey, attempts_of, read_newest_header
-from pyspark_dstl.backend.ops.schema_records import (
+from pyspark_dstl.backend.ops.schema_report import (
     describe_schema_records,
     format_schema_records,
 )
@@ -22,7 +22,7 @@ from pyspark_dstl.materializer.remote import RemoteFiles
 
 
 def inspect_checkpoint(storage: RemoteFiles) -> dict[str, Any]:
-    """A JSON-safe description of the root (the CLI prints it as text or JSON)."""
+    """A JSON-safe description of the checkpoint location (the CLI prints it as text or JSON)."""
     commit_log = CommitLog(storage)
     latest_batch: int | None = None
     infos: dict[str, Any] = {}

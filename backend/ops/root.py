@@ -1,4 +1,5 @@
-"""Is there a checkpoint at all? The tools refuse to call a missing or empty root clean."""
+"""Is there a checkpoint at all? The tools refuse to call a missing or empty checkpoint
+location clean."""
 
 from __future__ import annotations
 
@@ -11,15 +12,15 @@ from pyspark_dstl.changelog.storage.local import LocalStorage
 
 
 class NoCheckpointError(BackendError):
-    """The root does not exist or holds no checkpoint file; names the root."""
+    """The checkpoint location does not exist or holds no checkpoint file; names the location."""
 
 
 def require_checkpoint(storage: ChangelogService) -> None:
-    """NoCheckpointError unless the root holds a commit log entry, a store file or an epoch
+    """NoCheckpointError unless the location holds a commit log entry, a store file or an epoch
     file (the cheap listings first: commits/, then epochs/, then state/)."""
-    store = storage.store
-    if isinstance(store, LocalStorage) and not store.root.is_dir():
-        raise NoCheckpointError(f"checkpoint {storage.url}: {str(store.root)!r} does not exist "
+    files = storage.storage
+    if isinstance(files, LocalStorage) and not files.root.is_dir():
+        raise NoCheckpointError(f"checkpoint {storage.url}: {str(files.root)!r} does not exist "
                                 f"or is not a directory")
     for prefix in (COMMITS_PREFIX, EPOCHS_PREFIX, STATE_PREFIX):
         if storage.list(prefix + "/"):

@@ -1,9 +1,9 @@
-"""`verify`: read every file of a checkpoint root and check it; one line per problem.
+"""`verify`: read every file of a checkpoint location and check it; one line per problem.
 
 It also counts the attempts that are checkpoints; one whose commit never completed (aborted or
 crashed after early uploads) is not a checkpoint and is listed apart, not as a problem, unless
 the latest commit builds on it. The same holds for a snapshot manifest that names a file no
-longer there while no commit entry adopted it or reports it in flight: a run that lost the root
+longer there while no commit entry adopted it or reports it in flight: a run that lost the location
 (or died) can land its manifest after the new holder's cleanup took the files of that upload.
 No commit adopts such a manifest (adoption checks every file first), so it is a leftover that
 the next cleanup removes, not damage. A present file that differs from its manifest is always
@@ -22,7 +22,7 @@ from pyspark_dstl.backend.lineage.naming import snapshot_path
 from pyspark_dstl.backend.lineage.rules import HeaderMeta
 from pyspark_dstl.backend.lineage.store_listing import StoreDirListing, list_stores
 from pyspark_dstl.backend.ops.attempts import StorageSource, attempts_of
-from pyspark_dstl.backend.ops.schema_records import schema_record_problems
+from pyspark_dstl.backend.ops.schema_report import schema_record_problems
 from pyspark_dstl.changelog.changelog_errors import ChangelogError
 from pyspark_dstl.changelog.files import read_file_log
 from pyspark_dstl.materializer.checksum import crc32_of
@@ -174,7 +174,7 @@ def _verify_manifests(storage: RemoteFiles, listing: StoreDirListing, report: Ve
             report.uncommitted.append(
                 f"store {listing.store_id}: snapshot {info.path}: no commit adopted it and "
                 f"{len(missing)} file(s) it names are gone (e.g. {missing[0]}): an upload "
-                f"abandoned by a run that lost the root or died; the next cleanup removes it")
+                f"abandoned by a run that lost the location or died; the next cleanup removes it")
 
 
 def _verify_snapshot_files(storage: RemoteFiles, manifest_path: str, manifest: SnapshotManifest,

@@ -97,32 +97,32 @@ def restore_bytes(info: StoreCommit) -> int:
     return snapshot + info.changelog.size
 
 
-def rescale_stores(options: BackendSettings, url: str, operator: str,
+def rescale_stores(settings: BackendSettings, location: str, operator: str,
                    sources: Mapping[int, StoreCommit], partitions: int,
                    place: Placement) -> tuple[dict[int, StoreCommit], RescaleStats]:
     """New stores for partitions 0..partitions-1 holding exactly the keys of `sources`, each
     where and as `place` puts it; returns their checkpoint infos (not yet in any commit entry)."""
     if partitions < 1:
-        raise RescaleError(f"checkpoint {url!r}, operator {operator!r}: a rescale needs at "
+        raise RescaleError(f"checkpoint {location!r}, operator {operator!r}: a rescale needs at "
                            f"least 1 partition, got {partitions}")
     started = time.monotonic()
     stats = RescaleStats(keys_per_partition={p: 0 for p in range(partitions)})
     after = max((info.version for info in sources.values()), default=0)
-    os.makedirs(options.local_dir, exist_ok=True)  # the configured fast local disk
-    scratch = tempfile.mkdtemp(prefix="rescale-", dir=options.local_dir)
+    os.makedirs(settings.local_dir, exist_ok=True)  # the configured fast local disk
+    scratch = tempfile.mkdtemp(prefix="rescale-", dir=settings.local_dir)
     try:
-        reading = StateBackend(options.with_changes(local_dir=os.path.join(scratch, "old")))
-        writing = StateBackend(options.with_changes(local_dir=os.path.join(scratch, "new")))
+        reading = StateBackend(settings.with_changes(local_dir=os.path.join(scratch, "old")))
+        writing = StateBackend(settings.with_changes(local_dir=os.path.join(scratch, "new")))
         with reading, writing:
-            targets = [_empty_store(writing, url, operator, p, after)
+            targets = [_empty_store(writing, location, operator, p, after)
                        for p in range(partitions)]
             try:
                 with ThreadPoolExecutor(PARALLEL_LOADS, "dstl-rescale-load") as loads:
-                    loading = {p: loads.submit(_load, reading, url, operator, p, info)
+                    loading = {p: loads.submit(_load, reading, location, operator, p, info)
                                for p, info in sorted(sources.items())}
                     for partition, info in sorted(sources.items()):
                         _move(loading.pop(partition), partition, info, targets, place, stats)
-                        reading.release(url, operator, partition)
+                        reading.release(location, operator, partition)
                 infos = _commit_all(targets, stats)
             except BaseException:
                 for store in targets:
@@ -133,23 +133,23 @@ def rescale_stores(options: BackendSettings, url: str, operator: str,
     stats.seconds = time.monotonic() - started
     kill_point("rescale_stores_done")
     log.info("rescaled operator %r of %s: %d key(s) from %d to %d partition(s) in %.2f s",
-             operator, url, stats.keys, len(sources), partitions, stats.seconds)
+             operator, location, stats.keys, len(sources), partitions, stats.seconds)
     return infos, stats
 
 
-def _empty_store(backend: StateBackend, url: str, operator: str, partition: int,
+def _empty_store(backend: StateBackend, location: str, operator: str, partition: int,
                  after: int) -> ChangelogStateStore:
-    provider = backend.provider(url, operator, partition)
+    provider = backend.provider(location, operator, partition)
     if not isinstance(provider, ChangelogProvider):
-        raise RescaleError(f"checkpoint {url!r}: provider {type(provider).__name__} cannot be "
+        raise RescaleError(f"checkpoint {location!r}: provider {type(provider).__name__} cannot be "
                            f"rescaled (it is not a ChangelogProvider)")
     return provider.get_empty_store_after(after)
 
 
-def _load(reading: StateBackend, url: str, operator: str, partition: int,
+def _load(reading: StateBackend, location: str, operator: str, partition: int,
           info: StoreCommit) -> tuple[ChangelogStateStore, float]:
     began = time.monotonic()
-    store = reading.provider(url, operator, partition).get_store(info.version, info)
+    store = reading.provider(location, operator, partition).get_store(info.version, info)
     assert isinstance(store, ChangelogStateStore)
     return store, time.monotonic() - began
 

@@ -42,7 +42,7 @@ from pyspark_dstl.backend.backend_settings import BackendSettings
 from pyspark_dstl.backend.faults import kill_point
 from pyspark_dstl.backend.lineage.naming import make_store_id
 from pyspark_dstl.backend.lineage.store_commit import StoreCommit
-from pyspark_dstl.backend.local.dirs import root_dir
+from pyspark_dstl.backend.local.dirs import location_dir
 from pyspark_dstl.backend.rescale.key_by_key import (
     PARALLEL_LOADS,
     RescaleError,
@@ -115,11 +115,11 @@ class _OldStores:
     it (local files removed) once the last of them is done, so the local disk holds only the
     old stores the partitions in progress overlap."""
 
-    def __init__(self, backend: StateBackend, url: str, operator: str,
+    def __init__(self, backend: StateBackend, location: str, operator: str,
                  sources: Mapping[int, StoreCommit], users: dict[int, int],
                  stats: RescaleStats) -> None:
         self._backend = backend
-        self._url = url
+        self._location = location
         self._operator = operator
         self._sources = sources
         self._users = users
@@ -153,12 +153,12 @@ class _OldStores:
     def _load(self, source: int) -> _Old:
         began = time.monotonic()
         info = self._sources[source]
-        store = self._backend.provider(self._url, self._operator, source).get_store(
+        store = self._backend.provider(self._location, self._operator, source).get_store(
             info.version, info)
         assert isinstance(store, ChangelogStateStore)
         manifest = None
         if info.materialized is not None:
-            materializer = self._backend.context(self._url).materializer
+            materializer = self._backend.context(self._location).materializer
             manifest = materializer.read_manifest(info.materialized.manifest_path)
         with self._lock:
             self._stats.load_seconds += time.monotonic() - began
@@ -173,18 +173,18 @@ class _OldStores:
             loading.result().store.abort()
         elif not loading.done():
             loading.cancel()
-        self._backend.release(self._url, self._operator, source)
-        root = root_dir(self._backend.options.local_dir, self._url)
+        self._backend.release(self._location, self._operator, source)
+        root = location_dir(self._backend.settings.local_dir, self._location)
         shutil.rmtree(os.path.join(root, STORES_DIR, self._operator, str(source)),
                       ignore_errors=True)
-        if self._backend.options.materialization.cache_dir is None:  # the restore's downloads,
+        if self._backend.settings.materialization.cache_dir is None:  # the restore's downloads,
             # kept in the scratch directory (a configured cache is left to its owner)
             store_id = make_store_id(self._operator, source)
             shutil.rmtree(os.path.join(root, MATERIALIZER_DIR, "cache", local_dir_name(store_id)),
                           ignore_errors=True)
 
 
-def rescale_ranges(options: BackendSettings, url: str, operator: str,
+def rescale_ranges(settings: BackendSettings, location: str, operator: str,
                    sources: Mapping[int, StoreCommit], partitions: int, key_groups: int,
                    group_offset: GroupOffset) -> tuple[dict[int, StoreCommit], RescaleStats]:
     """New stores for partitions 0..partitions-1 holding exactly the keys of `sources` (old
@@ -193,11 +193,11 @@ def rescale_ranges(options: BackendSettings, url: str, operator: str,
     cost. `group_offset(cf)` says where the key group sits in cf's stored keys (0 or 8)."""
     old = len(sources)
     if sorted(sources) != list(range(old)) or old < 1:
-        raise RescaleError(f"checkpoint {url!r}, operator {operator!r}: a range rescale needs "
+        raise RescaleError(f"checkpoint {location!r}, operator {operator!r}: a range rescale needs "
                            f"the old partitions 0..n-1, got {sorted(sources)}; pass every old "
                            f"partition's checkpoint info")
     if not 1 <= partitions <= key_groups or not 1 <= old <= key_groups:
-        raise RescaleError(f"checkpoint {url!r}, operator {operator!r}: {old} -> {partitions} "
+        raise RescaleError(f"checkpoint {location!r}, operator {operator!r}: {old} -> {partitions} "
                            f"partition(s) with {key_groups} key groups; each count must be "
                            f"1 to {key_groups}")
     started = time.monotonic()
@@ -206,17 +206,17 @@ def rescale_ranges(options: BackendSettings, url: str, operator: str,
     plans = {p: pieces(p, partitions, old, key_groups) for p in range(partitions)}
     users = {q: sum(1 for plan in plans.values() for piece in plan if piece.source == q)
              for q in range(old)}
-    os.makedirs(options.local_dir, exist_ok=True)  # the configured fast local disk
-    scratch = tempfile.mkdtemp(prefix="rescale-ranges-", dir=options.local_dir)
+    os.makedirs(settings.local_dir, exist_ok=True)  # the configured fast local disk
+    scratch = tempfile.mkdtemp(prefix="rescale-ranges-", dir=settings.local_dir)
     try:
         checksums = ChecksumCache()  # the restored files' CRCs, for the new snapshots
-        with StateBackend(options.with_changes(local_dir=os.path.join(scratch, "old")),
+        with StateBackend(settings.with_changes(local_dir=os.path.join(scratch, "old")),
                           checksums=checksums) as reading, \
-                StateBackend(options.with_changes(local_dir=os.path.join(scratch, "new")),
+                StateBackend(settings.with_changes(local_dir=os.path.join(scratch, "new")),
                              checksums=checksums) as writing:
-            olds = _OldStores(reading, url, operator, sources, users, stats)
+            olds = _OldStores(reading, location, operator, sources, users, stats)
             try:
-                build = _Builder(writing, url, operator, after, partitions, key_groups,
+                build = _Builder(writing, location, operator, after, partitions, key_groups,
                                  group_offset, olds, stats)
                 pool = ThreadPoolExecutor(PARALLEL_BUILDS, "dstl-range-rescale")
                 try:
@@ -227,7 +227,7 @@ def rescale_ranges(options: BackendSettings, url: str, operator: str,
                     pool.shutdown(wait=True, cancel_futures=True)
             finally:
                 olds.close()
-            metrics = writing.context(url).materializer.metrics_snapshot()
+            metrics = writing.context(location).materializer.metrics_snapshot()
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     stats.bytes_uploaded = int(metrics.get("bytes_uploaded", 0))
@@ -238,7 +238,7 @@ def rescale_ranges(options: BackendSettings, url: str, operator: str,
     stats.seconds = time.monotonic() - started
     kill_point("rescale_ranges_done")
     log.info("rescaled operator %r of %s by key-group ranges: %d to %d partition(s) in %.2f s "
-             "(%d key(s) copied, %d byte(s) uploaded, %d copied in storage)", operator, url,
+             "(%d key(s) copied, %d byte(s) uploaded, %d copied in storage)", operator, location,
              old, partitions, stats.seconds, stats.keys_copied, stats.bytes_uploaded,
              stats.bytes_copied)
     return infos, stats
@@ -247,11 +247,11 @@ def rescale_ranges(options: BackendSettings, url: str, operator: str,
 class _Builder:
     """Makes one new partition's store: clone of the base, clip, copies, snapshot."""
 
-    def __init__(self, writing: StateBackend, url: str, operator: str, after: int,
+    def __init__(self, writing: StateBackend, location: str, operator: str, after: int,
                  partitions: int, key_groups: int, group_offset: GroupOffset,
                  olds: _OldStores, stats: RescaleStats) -> None:
         self._writing = writing
-        self._url = url
+        self._location = location
         self._operator = operator
         self._after = after
         self._partitions = partitions
@@ -277,15 +277,15 @@ class _Builder:
         lo, hi = group_range(partition, self._partitions, self._key_groups)
         base = self._olds.get(plan[0].source)
         clock = time.monotonic()
-        provider = self._writing.provider(self._url, self._operator, partition)
+        provider = self._writing.provider(self._location, self._operator, partition)
         if not isinstance(provider, ChangelogProvider):
-            raise RescaleError(f"checkpoint {self._url!r}: provider {type(provider).__name__} "
+            raise RescaleError(f"checkpoint {self._location!r}: provider {type(provider).__name__} "
                                f"cannot be rescaled (it is not a ChangelogProvider)")
         with base.lock:
             store = provider.get_store_from_copy_after(self._after, base.store)
         try:
             if base.manifest is not None:
-                self._writing.context(self._url).materializer.offer_copies(
+                self._writing.context(self._location).materializer.offer_copies(
                     store.store_id, base.manifest.files)
             read = self._clip(store, base.store, lo, hi)
             clipped = time.monotonic()
@@ -307,7 +307,7 @@ class _Builder:
         if info.materialized is None:
             raise RescaleError(f"store {info.store_id!r}: the range rescale's commit produced "
                                f"no snapshot")
-        self._writing.release(self._url, self._operator, partition)
+        self._writing.release(self._location, self._operator, partition)
         with self._lock:
             stats = self._stats
             stats.keys += read

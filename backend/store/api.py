@@ -1,6 +1,6 @@
 """The provider/store API in Spark's shape, with Python names.
 
-A provider serves one store (one operator partition under one checkpoint root). Each batch
+A provider serves one store (one operator partition under one checkpoint location). Each batch
 asks it for a store at the committed (version, unique id), writes, and commits version + 1.
 """
 
@@ -14,7 +14,7 @@ from pyspark_dstl.backend.engines.records import DEFAULT_CF
 from pyspark_dstl.backend.lineage.store_commit import StoreCommit
 
 if TYPE_CHECKING:
-    from pyspark_dstl.backend.lineage.context import RootContext
+    from pyspark_dstl.backend.lineage.context import LocationContext
 
 
 BytesColumn = Sequence[bytes] | Any
@@ -95,7 +95,7 @@ class StateStore(ABC):
 
 class StateStoreProvider(ABC):
     @abstractmethod
-    def __init__(self, context: RootContext, store_id: str) -> None:
+    def __init__(self, context: LocationContext, store_id: str) -> None:
         """Built by the backend with these arguments; must do no I/O and open no database."""
 
     @property

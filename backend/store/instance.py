@@ -19,7 +19,7 @@ from pyspark_dstl.backend.engines.base import BlockWrite, Engine
 from pyspark_dstl.backend.engines.columns import encode_blocks, table_blocks
 from pyspark_dstl.backend.engines.records import VersionMarker
 from pyspark_dstl.backend.faults import kill_point
-from pyspark_dstl.backend.lineage.context import RootContext
+from pyspark_dstl.backend.lineage.context import LocationContext
 from pyspark_dstl.backend.lineage.naming import checkpoint_label, split_store_id
 from pyspark_dstl.backend.lineage.position import Position
 from pyspark_dstl.backend.lineage.rules import EARLY, FinalMark, HeaderMeta, SnapshotRef
@@ -50,7 +50,7 @@ class InstanceMetrics:
 
 
 class StoreInstance:
-    def __init__(self, context: RootContext, store_id: str, instance_dir: str, engine: Engine,
+    def __init__(self, context: LocationContext, store_id: str, instance_dir: str, engine: Engine,
                  writer: ChangelogWriter, position: Position,
                  base_unique_id: str | None = None,
                  pending_snapshot: SnapshotId | None = None) -> None:
@@ -140,7 +140,7 @@ class StoreInstance:
         The changelog is durable on return; with `background_engine_write` (the default) the
         engine write starts then and whatever next uses the engine waits for it."""
         started = time.monotonic()
-        defer = self.context.options.background_engine_write
+        defer = self.context.settings.background_engine_write
         base = self.position
         adopted = self.snapshots.finished(base, marker.version)
         if adopted is not None:

@@ -19,7 +19,7 @@ from typing import Any
 
 from pyspark_dstl.backend.backend_errors import ProviderError, StateStoreClosedError, StoreIdError
 from pyspark_dstl.backend.engines.base import Engine
-from pyspark_dstl.backend.lineage.context import RootContext
+from pyspark_dstl.backend.lineage.context import LocationContext
 from pyspark_dstl.backend.lineage.loader import StoreLoader
 from pyspark_dstl.backend.lineage.naming import (
     check_unique_id,
@@ -40,9 +40,9 @@ STORES_DIR = "stores"
 
 
 class ChangelogProvider(StateStoreProvider):
-    """One store of one checkpoint root. Not thread-safe: one task uses it at a time."""
+    """One store of one checkpoint location. Not thread-safe: one task uses it at a time."""
 
-    def __init__(self, context: RootContext, store_id: str) -> None:
+    def __init__(self, context: LocationContext, store_id: str) -> None:
         split_store_id(store_id)
         self._context = context
         self._store_id = store_id
@@ -186,7 +186,7 @@ class ChangelogProvider(StateStoreProvider):
         """A released directory at exactly this version taken over, or else a fresh
         instance directory (older ones removed) restored from the checkpoint; new writer."""
         context = self._context
-        self._lock.acquire(context.options.lock_timeout)
+        self._lock.acquire(context.settings.lock_timeout)
         if not self._registered:
             context.materializer.register(self._store_id, store_dir(self._store_id))
             self._registered = True

@@ -1,7 +1,7 @@
 """StateBackend: the per-process owner of storages, materializers and providers.
 
-One ChangelogService and one Materializer per checkpoint root, created on first use, so all
-stores of a root share one upload scheduler (one file per drain and directory), one connection
+One ChangelogService and one Materializer per checkpoint location, created on first use, so all
+stores of a location share one upload scheduler (one file per drain and directory), one connection
 pool and one snapshot worker pool. Closing it waits for uploads and snapshots in flight.
 """
 
@@ -16,9 +16,9 @@ from pyspark_dstl.backend.backend_errors import StateStoreClosedError
 from pyspark_dstl.backend.backend_settings import BackendSettings
 from pyspark_dstl.backend.engines.rocksdb import RocksDBSettings
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
-from pyspark_dstl.backend.lineage.context import RootContext
+from pyspark_dstl.backend.lineage.context import LocationContext
 from pyspark_dstl.backend.lineage.naming import make_store_id
-from pyspark_dstl.backend.local.dirs import root_dir
+from pyspark_dstl.backend.local.dirs import location_dir
 from pyspark_dstl.backend.store.api import StateStoreProvider
 from pyspark_dstl.backend.store.registry import load_provider_class
 from pyspark_dstl.changelog.changelog_service import ChangelogService
@@ -29,62 +29,64 @@ MATERIALIZER_DIR = "materializer"
 
 
 class StateBackend:
-    def __init__(self, options: BackendSettings | None = None, *,
+    def __init__(self, settings: BackendSettings | None = None, *,
                  checksums: ChecksumCache | None = None) -> None:
         """`checksums`: shared with another backend's materializers (see Materializer)."""
-        self.options = options or BackendSettings()
+        self.settings = settings or BackendSettings()
         self._checksums = checksums
-        self._provider_class = load_provider_class(self.options.provider_class)
-        self._rocksdb = RocksDBSettings.from_options(self.options)
-        self._roots: dict[str, RootContext] = {}
+        self._provider_class = load_provider_class(self.settings.provider_class)
+        self._rocksdb = RocksDBSettings.from_settings(self.settings)
+        self._locations: dict[str, LocationContext] = {}
         self._providers: dict[tuple[str, str], StateStoreProvider] = {}
         self._lock = threading.Lock()
         self._closed = False
 
-    def context(self, url: str) -> RootContext:
-        """The shared parts of checkpoint root `url`, created on first use."""
+    def context(self, location: str) -> LocationContext:
+        """The shared parts of checkpoint location `location` (a URL), created on first use."""
         with self._lock:
             self._check_open()
-            context = self._roots.get(url)
+            context = self._locations.get(location)
             if context is None:
-                context = self._open_root(url)
-                self._roots[url] = context
+                context = self._open_location(location)
+                self._locations[location] = context
             return context
 
-    def _open_root(self, url: str) -> RootContext:
-        local_root = root_dir(self.options.local_dir, url)
-        storage = ChangelogService(url, self.options.changelog)
+    def _open_location(self, location: str) -> LocationContext:
+        local_root = location_dir(self.settings.local_dir, location)
+        storage = ChangelogService(location, self.settings.changelog)
         try:
-            materializer = Materializer(storage, self.options.materialization,
+            materializer = Materializer(storage, self.settings.materialization,
                                         os.path.join(local_root, MATERIALIZER_DIR),
                                         self._checksums)
         except BaseException:
             storage.close()
             raise
-        return RootContext(url, storage, materializer, self.options, local_root, self._rocksdb)
+        return LocationContext(location, storage, materializer, self.settings, local_root,
+                               self._rocksdb)
 
-    def provider(self, url: str, operator: str, partition: int) -> StateStoreProvider:
+    def provider(self, location: str, operator: str, partition: int) -> StateStoreProvider:
         """The provider of one store; the same object for the same store while open."""
         store_id = make_store_id(operator, partition)
-        context = self.context(url)
+        context = self.context(location)
         with self._lock:
             self._check_open()
-            key = (url, store_id)
+            key = (location, store_id)
             provider = self._providers.get(key)
             if provider is None:
                 provider = self._provider_class(context, store_id)
                 self._providers[key] = provider
             return provider
 
-    def release(self, url: str, operator: str, partition: int) -> None:
+    def release(self, location: str, operator: str, partition: int) -> None:
         """Close one store's provider (e.g. when a partition moves elsewhere)."""
         with self._lock:
-            provider = self._providers.pop((url, make_store_id(operator, partition)), None)
+            provider = self._providers.pop((location, make_store_id(operator, partition)),
+                                           None)
         if provider is not None:
             provider.close()
 
-    def commit_log(self, url: str) -> CommitLog:
-        return CommitLog(self.context(url).storage)
+    def commit_log(self, location: str) -> CommitLog:
+        return CommitLog(self.context(location).storage)
 
     def close(self) -> None:
         with self._lock:
@@ -92,13 +94,13 @@ class StateBackend:
                 return
             self._closed = True
             providers, self._providers = list(self._providers.values()), {}
-            roots, self._roots = list(self._roots.values()), {}
+            contexts, self._locations = list(self._locations.values()), {}
         errors: list[BaseException] = []
         for provider in providers:
             _collect(errors, provider.close)
-        for root in roots:
-            _collect(errors, root.materializer.close)
-            _collect(errors, root.storage.close)
+        for context in contexts:
+            _collect(errors, context.materializer.close)
+            _collect(errors, context.storage.close)
         if errors:
             raise errors[0]
 

@@ -30,8 +30,8 @@ class ChangelogStateStore(StateStore):
                  ) -> None:
         self._instance = instance
         self._marker = marker
-        options = instance.context.options
-        self._cache = TransactionCache(options.tx_cache_max_entries, options.tx_cache_max_bytes)
+        settings = instance.context.settings
+        self._cache = TransactionCache(settings.tx_cache_max_entries, settings.tx_cache_max_bytes)
         self._engine_get = instance.engine.get
         self._state = OPEN
         self._flushed = False

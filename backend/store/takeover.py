@@ -15,7 +15,7 @@ from typing import Any
 
 from pyspark_dstl.backend.backend_errors import BackendError
 from pyspark_dstl.backend.engines.base import Engine
-from pyspark_dstl.backend.lineage.context import RootContext
+from pyspark_dstl.backend.lineage.context import LocationContext
 from pyspark_dstl.backend.lineage.naming import store_dir
 from pyspark_dstl.backend.lineage.position import Position
 from pyspark_dstl.backend.lineage.store_commit import StoreCommit
@@ -30,7 +30,7 @@ LOAD_METRICS: dict[str, Any] = {
 }
 
 
-def take_over(context: RootContext, store_id: str, lock: StoreDirLock, version: int,
+def take_over(context: LocationContext, store_id: str, lock: StoreDirLock, version: int,
               unique_id: str, info: StoreCommit | None,
               reopen: Callable[[str], Engine | None]) -> StoreInstance | None:
     """An instance on the directory released at (version, unique id); call with the lock held.

@@ -14,7 +14,11 @@ from urllib.parse import SplitResult, unquote, urlsplit
 
 import fsspec
 
-from pyspark_dstl.changelog.changelog_errors import StorageError, UnsupportedStorageError
+from pyspark_dstl.changelog.changelog_errors import (
+    NonAtomicStorageWarning,
+    StorageError,
+    UnsupportedStorageError,
+)
 from pyspark_dstl.changelog.storage.base import (
     ObjectInfo,
     Storage,
@@ -22,7 +26,7 @@ from pyspark_dstl.changelog.storage.base import (
     join_key,
     md5_hex,
 )
-from pyspark_dstl.changelog.storage.fsspec_storage import FsspecStorage, NonAtomicStorageWarning
+from pyspark_dstl.changelog.storage.fsspec_storage import FsspecStorage
 from pyspark_dstl.changelog.storage.local import LocalStorage
 from pyspark_dstl.changelog.storage.memory import MemoryStorage
 from pyspark_dstl.changelog.storage.storage_settings import ConnectionNeeds, StorageSettings
@@ -50,14 +54,14 @@ __all__ = [
 ]
 
 StoreFactory = Callable[[str, SplitResult, StorageSettings, ConnectionNeeds], Storage]
-"""(url, its parts, connection settings, what the changelog asks of them) -> the store."""
+"""(url, its parts, connection settings, what the changelog asks of them) -> the storage."""
 
 
-def open_storage(url: str, options: ChangelogSettings) -> Storage:
+def open_storage(url: str, settings: ChangelogSettings) -> Storage:
     """The store for `url`; an unknown scheme raises UnsupportedStorageError naming the URL."""
     parts = urlsplit(url)
     factory = STORAGE_FACTORIES.get(parts.scheme.lower(), _open_fsspec)
-    return factory(url, parts, options.storage, options.connection_needs)
+    return factory(url, parts, settings.storage, settings.connection_needs)
 
 
 def _open_path(url: str, parts: SplitResult, storage: StorageSettings,

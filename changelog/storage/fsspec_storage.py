@@ -7,41 +7,28 @@ a window in which a racing writer can win; see docs/storage.md.
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import logging
 import time
 import uuid
 import warnings
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from pyspark_dstl.changelog.changelog_errors import (
+    NonAtomicStorageWarning,
     ObjectExistsError,
     ObjectNotFoundError,
     PermanentStorageError,
     StorageError,
     TransientStorageError,
 )
-from pyspark_dstl.changelog.storage.base import (
-    ObjectInfo,
-    Storage,
-    check_grace,
-    check_key,
-    check_range,
-    md5_hex,
-)
+from pyspark_dstl.changelog.storage.base import ObjectInfo, check_key, check_range, md5_hex
+from pyspark_dstl.changelog.storage.threaded import TEMP_PREFIX, ThreadedStorage, is_temp_name
 
-TEMP_PREFIX = ".tmp-"
-T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 
-class NonAtomicStorageWarning(UserWarning):
-    """The storage's create-only write is not atomic: one writer per name is not enforced."""
-
-
-class FsspecStorage(Storage):
+class FsspecStorage(ThreadedStorage):
     """Objects are files of `fs` under `root` (a path in the file system's own notation).
     Opening one warns (NonAtomicStorageWarning): its create-only write is not atomic."""
 
@@ -57,19 +44,16 @@ class FsspecStorage(Storage):
         self.root_url = root_url.rstrip("/")
         self._exclusive: bool | None = None  # learnt on first create: does 'xb' work?
 
-    def _full(self, path: str) -> str:
-        return f"{self.root}/{check_key(path)}"
+    _FAILURES = (Exception,)  # whatever a protocol raises: classified, never passed on raw
 
-    async def _run(self, path: str, fn: Callable[[], T]) -> T:
-        try:
-            return await asyncio.to_thread(fn)
-        except StorageError:
-            raise
-        except Exception as exc:
-            raise _classify(exc, path, self.url_of(path)) from exc
+    def _location(self, key: str) -> str:
+        return f"{self.root}/{check_key(key)}"
+
+    def _classify(self, exc: Exception, path: str) -> StorageError:
+        return _classify(exc, path, self.url_of(path))
 
     async def put_if_absent(self, path: str, data: bytes) -> str:
-        full = self._full(path)
+        full = self._location(path)
         await self._run(path, lambda: self._create(path, full, data))
         return md5_hex(data)
 
@@ -113,27 +97,22 @@ class FsspecStorage(Storage):
             raise
 
     async def get(self, path: str, start: int = 0, end: int | None = None) -> bytes:
-        full = self._full(path)
+        full = self._location(path)
         check_range(path, start, end)
         data = await self._run(path, lambda: self.fs.cat_file(full, start=start, end=end))
         return bytes(data)
 
     async def head(self, path: str) -> ObjectInfo:
-        full = self._full(path)
+        full = self._location(path)
         info = await self._run(path, lambda: self.fs.info(full))
         if info.get("type") == "directory":
             raise ObjectNotFoundError(f"{self.url_of(path)!r} is not an object", path)
         etag = str(info.get("ETag") or info.get("etag") or "").strip('"') or None
         return ObjectInfo(path, int(info["size"]), etag)
 
-    async def list(self, prefix: str = "") -> list[ObjectInfo]:
-        directory = prefix.rpartition("/")[0]
-        start = self._full(directory) if directory else self.root
-        return await self._run(prefix, lambda: self._find(start, prefix))
-
-    def _find(self, start: str, prefix: str) -> builtins.list[ObjectInfo]:
+    def _list_files(self, start: str, prefix: str) -> builtins.list[ObjectInfo]:
         found = [ObjectInfo(key, int(info["size"])) for key, _, info in self._scan(start, prefix)
-                 if not _is_temp(key)]
+                 if not is_temp_name(key)]
         found.sort(key=lambda item: item.path)
         return found
 
@@ -151,20 +130,12 @@ class FsspecStorage(Storage):
                 found.append((key, name, info))
         return found
 
-    async def remove_incomplete_uploads(self, prefix: str, grace: float, *,
-                                        dry_run: bool = False) -> builtins.list[ObjectInfo]:
-        """Temp files of the move-into-place fallback under `prefix`, older than `grace`."""
-        check_grace(grace)
-        directory = prefix.rpartition("/")[0]
-        start = self._full(directory) if directory else self.root
-        return await self._run(prefix, lambda: self._sweep(start, prefix, grace, dry_run))
-
     def _sweep(self, start: str, prefix: str, grace: float,
                dry_run: bool) -> builtins.list[ObjectInfo]:
         cutoff = time.time() - grace
         found: list[ObjectInfo] = []
         for key, name, info in self._scan(start, prefix):
-            if not _is_temp(key):
+            if not is_temp_name(key):
                 continue
             try:
                 modified = self.fs.modified(name)
@@ -190,7 +161,7 @@ class FsspecStorage(Storage):
         return found
 
     async def delete(self, path: str) -> None:
-        full = self._full(path)
+        full = self._location(path)
 
         def remove() -> None:
             try:
@@ -199,10 +170,6 @@ class FsspecStorage(Storage):
                 return
 
         await self._run(path, remove)
-
-
-def _is_temp(key: str) -> bool:
-    return key.rpartition("/")[2].startswith(TEMP_PREFIX)
 
 
 def _classify(exc: Exception, path: str, url: str) -> StorageError:

@@ -13,9 +13,8 @@ import errno
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TypeVar
 
 from pyspark_dstl.changelog.changelog_errors import (
     ObjectExistsError,
@@ -25,41 +24,29 @@ from pyspark_dstl.changelog.changelog_errors import (
     TransientStorageError,
     UnsupportedStorageError,
 )
-from pyspark_dstl.changelog.storage.base import (
-    ObjectInfo,
-    Storage,
-    check_grace,
-    check_key,
-    check_range,
-    md5_hex,
-)
+from pyspark_dstl.changelog.storage.base import ObjectInfo, check_key, check_range, md5_hex
+from pyspark_dstl.changelog.storage.threaded import TEMP_PREFIX, ThreadedStorage
+from pyspark_dstl.core.local_files import sync_directory
 
-TEMP_PREFIX = ".tmp-"
 _TRANSIENT_ERRNOS = {errno.EAGAIN, errno.EINTR, errno.EBUSY, errno.ETIMEDOUT}
 _NO_LINK_ERRNOS = {errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV}
-T = TypeVar("T")
 
 
-class LocalStorage(Storage):
+class LocalStorage(ThreadedStorage):
     """Objects are files under `root`; keys map to relative paths."""
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(os.path.abspath(root))
         self.root_url = self.root.as_uri()
 
-    def _file(self, path: str) -> Path:
-        return self.root / check_key(path)
+    def _location(self, key: str) -> Path:
+        return self.root / check_key(key)
 
-    async def _run(self, path: str, fn: Callable[[], T]) -> T:
-        try:
-            return await asyncio.to_thread(fn)
-        except StorageError:
-            raise
-        except OSError as exc:
-            raise _classify(exc, path, self.url_of(path)) from exc
+    def _classify(self, exc: Exception, path: str) -> StorageError:
+        return _classify(exc, path, self.url_of(path))
 
     async def put_if_absent(self, path: str, data: bytes) -> str:
-        target = self._file(path)
+        target = self._location(path)
 
         def create() -> str:
             self._create(path, target, data)
@@ -96,12 +83,12 @@ class LocalStorage(Storage):
                 raise
         finally:
             temp.unlink(missing_ok=True)
-        _fsync_dir(parent)
+        sync_directory(parent)
 
     async def copy(self, source: str, dest: str) -> None:
         """A hard link (no byte is copied; the objects are immutable); where the file system
         cannot link the two, a copy made under a temp name and linked in, like a create."""
-        origin, target = self._file(source), self._file(dest)
+        origin, target = self._location(source), self._location(dest)
 
         def link() -> None:
             if not origin.is_file():
@@ -123,12 +110,12 @@ class LocalStorage(Storage):
                     raise
                 self._create(dest, target, origin.read_bytes())
                 return
-            _fsync_dir(target.parent)
+            sync_directory(target.parent)
 
         await self._run(dest, link)
 
     async def get(self, path: str, start: int = 0, end: int | None = None) -> bytes:
-        file = self._file(path)
+        file = self._location(path)
         check_range(path, start, end)
 
         def read() -> bytes:
@@ -139,7 +126,7 @@ class LocalStorage(Storage):
         return await self._run(path, read)
 
     async def head(self, path: str) -> ObjectInfo:
-        file = self._file(path)
+        file = self._location(path)
 
         def stat() -> ObjectInfo:
             st = file.stat()
@@ -149,12 +136,7 @@ class LocalStorage(Storage):
 
         return await self._run(path, stat)
 
-    async def list(self, prefix: str = "") -> list[ObjectInfo]:
-        directory = prefix.rpartition("/")[0]
-        start = self._file(directory) if directory else self.root
-        return await self._run(prefix, lambda: self._walk(start, prefix))
-
-    def _walk(self, start: Path, prefix: str) -> builtins.list[ObjectInfo]:
+    def _list_files(self, start: Path, prefix: str) -> builtins.list[ObjectInfo]:
         found: list[ObjectInfo] = []
         for dirpath, files in _directories(start):
             rel_dir = os.path.relpath(dirpath, self.root).replace(os.sep, "/")
@@ -171,18 +153,6 @@ class LocalStorage(Storage):
                 found.append(ObjectInfo(key, size))
         found.sort(key=lambda info: info.path)
         return found
-
-    async def remove_incomplete_uploads(self, prefix: str, grace: float, *,
-                                        dry_run: bool = False) -> builtins.list[ObjectInfo]:
-        """Temp files under `prefix` last written more than `grace` seconds ago.
-
-        A live upload rewrites its temp file and links it within one attempt; removing one
-        anyway cannot damage an object, it only fails that attempt (its link finds no file).
-        """
-        check_grace(grace)
-        directory = prefix.rpartition("/")[0]
-        start = self._file(directory) if directory else self.root
-        return await self._run(prefix, lambda: self._sweep(start, prefix, grace, dry_run))
 
     def _sweep(self, start: Path, prefix: str, grace: float,
                dry_run: bool) -> builtins.list[ObjectInfo]:
@@ -211,7 +181,7 @@ class LocalStorage(Storage):
         await self.delete_many([path])
 
     async def delete_many(self, paths: builtins.list[str]) -> None:
-        files = [(path, self._file(path)) for path in paths]
+        files = [(path, self._location(path)) for path in paths]
 
         def unlink_all() -> None:
             for path, file in files:
@@ -245,19 +215,10 @@ def _directories(start: Path) -> Iterator[tuple[str, builtins.list[str]]]:
         yield dirpath, files
 
 
-def _fsync_dir(directory: Path) -> None:
-    """Make the new directory entry durable, not only the file's bytes."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _classify(exc: OSError, path: str, url: str) -> StorageError:
+def _classify(exc: Exception, path: str, url: str) -> StorageError:
     if isinstance(exc, FileNotFoundError | IsADirectoryError | NotADirectoryError):
         return ObjectNotFoundError(f"object {url!r} does not exist", path)
-    if exc.errno in _TRANSIENT_ERRNOS:
+    if getattr(exc, "errno", None) in _TRANSIENT_ERRNOS:
         return TransientStorageError(f"local I/O on {url!r} failed, may succeed later: {exc}",
                                      path)
     return PermanentStorageError(f"local I/O on {url!r} failed: {exc}", path)

@@ -1,6 +1,6 @@
 """StorageSettings: how to reach object storage (S3 endpoint, region, credentials, pool).
 
-Kept apart from the changelog's batching, retry and hedging options so a store is built from
+Kept apart from the changelog's batching, retry and hedging settings so a storage is built from
 what it needs: these settings plus `ConnectionNeeds`, what the changelog's concurrency and
 retry policy ask of the store's connections.
 """

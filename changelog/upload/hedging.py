@@ -25,11 +25,11 @@ WINDOW = 1000
 class LatencyTracker:
     """Latencies of recent successful uploads; a quantile of them sets the hedge delay."""
 
-    def __init__(self, options: ChangelogSettings, window: int = WINDOW) -> None:
-        self.quantile = options.hedge_quantile
-        self.min_delay = options.hedge_min_delay
-        self.max_delay = options.hedge_max_delay
-        self.min_samples = options.hedge_min_samples
+    def __init__(self, settings: ChangelogSettings, window: int = WINDOW) -> None:
+        self.quantile = settings.hedge_quantile
+        self.min_delay = settings.hedge_min_delay
+        self.max_delay = settings.hedge_max_delay
+        self.min_samples = settings.hedge_min_samples
         self._samples: deque[float] = deque(maxlen=window)
 
     def record(self, seconds: float) -> None:

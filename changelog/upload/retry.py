@@ -34,11 +34,12 @@ class RetryPolicy:
     repeating them cannot change the answer.
     """
 
-    def __init__(self, options: ChangelogSettings, metrics: ChangelogMetrics | None = None) -> None:
-        self.max_attempts = options.max_attempts
-        self.attempt_timeout = options.attempt_timeout
-        self.backoff_initial = options.backoff_initial
-        self.backoff_max = options.backoff_max
+    def __init__(self, settings: ChangelogSettings,
+                 metrics: ChangelogMetrics | None = None) -> None:
+        self.max_attempts = settings.max_attempts
+        self.attempt_timeout = settings.attempt_timeout
+        self.backoff_initial = settings.backoff_initial
+        self.backoff_max = settings.backoff_max
         self._metrics = metrics
 
     async def call(self, attempt: Callable[[int], Awaitable[T]], *, path: str,

@@ -39,21 +39,21 @@ class BatchScheduler:
     """
 
     def __init__(self, loop: EventLoopThread, uploader: Uploader, limiter: InFlightLimiter,
-                 refs: FileRefCounts, metrics: ChangelogMetrics, options: ChangelogSettings,
+                 refs: FileRefCounts, metrics: ChangelogMetrics, settings: ChangelogSettings,
                  writer_id: str) -> None:
         self._loop = loop
         self._uploader = uploader
         self._limiter = limiter
         self._refs = refs
         self._metrics = metrics
-        self._options = options
+        self._settings = settings
         self._writer_id = writer_id
         self._lock = threading.Lock()
         self._queue: list[UploadTicket] = []
         self._queued_bytes = 0
         self._closed = False
         # loop-thread state
-        self._slots = asyncio.Semaphore(options.max_concurrent_uploads)
+        self._slots = asyncio.Semaphore(settings.max_concurrent_uploads)
         self._timer: asyncio.TimerHandle | None = None
         self._drain_waiting = False
         self._flushing = False
@@ -77,11 +77,11 @@ class BatchScheduler:
         if self._drain_waiting:
             return  # a drain is waiting for a slot and will take everything queued
         with self._lock:
-            full = self._queued_bytes >= self._options.persist_size_threshold
+            full = self._queued_bytes >= self._settings.persist_size_threshold
         if full or self._flushing:
             self._start_drain()
         elif self._timer is None:
-            self._timer = self._loop.loop.call_later(self._options.persist_delay,
+            self._timer = self._loop.loop.call_later(self._settings.persist_delay,
                                                      self._start_drain)
 
     def _start_drain(self) -> None:
@@ -148,11 +148,11 @@ class BatchScheduler:
 
     async def _encode(self, logs: list[tuple[LogHeader, list[ChangeSet]]],
                       size: int) -> tuple[bytes, dict[tuple[str, int], _Frame]]:
-        options = self._options
+        settings = self._settings
 
         def encode() -> tuple[bytes, dict[tuple[str, int], _Frame]]:
-            encoded = encode_file(self._writer_id, logs, options.compression,
-                                  options.compression_level)
+            encoded = encode_file(self._writer_id, logs, settings.compression,
+                                  settings.compression_level)
             frames = {(f.log_id, f.sqn): _Frame(f.sqn, f.offset, f.length, f.key_groups)
                       for f in encoded.frames}
             return encoded.data, frames

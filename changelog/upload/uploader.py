@@ -33,21 +33,21 @@ class Uploader:
     holds our bytes; anything else is a conflict and fails the upload without touching it.
     """
 
-    def __init__(self, store: Storage, options: ChangelogSettings, metrics: ChangelogMetrics,
+    def __init__(self, storage: Storage, settings: ChangelogSettings, metrics: ChangelogMetrics,
                  retry: RetryPolicy | None = None, tracker: LatencyTracker | None = None,
                  budget: HedgeBudget | None = None) -> None:
-        self.store = store
-        self.options = options
-        self.retry = retry or RetryPolicy(options, metrics)
-        self.tracker = tracker or LatencyTracker(options)
-        self.budget = budget or HedgeBudget(options.hedge_budget)
+        self.storage = storage
+        self.settings = settings
+        self.retry = retry or RetryPolicy(settings, metrics)
+        self.tracker = tracker or LatencyTracker(settings)
+        self.budget = budget or HedgeBudget(settings.hedge_budget)
         self._metrics = metrics
-        self._hedger = Hedger(self.tracker, self.budget, metrics, options.hedge_max_hedges)
+        self._hedger = Hedger(self.tracker, self.budget, metrics, settings.hedge_max_hedges)
 
     async def upload(self, path: str, data: bytes, *, hedge: bool = True) -> str:
         """Create `path` with `data`; return its MD5 hex ETag; raise UploadFailedError."""
         check_key(path)
-        hedged = hedge and self.options.hedging_enabled
+        hedged = hedge and self.settings.hedging_enabled
         if hedged:
             self.budget.upload_started()
         sent = _Sent()
@@ -76,9 +76,9 @@ class Uploader:
         sent.count += 1
         self._metrics.inc("requests")
         try:
-            return await self.store.put_if_absent(path, data)
+            return await self.storage.put_if_absent(path, data)
         except ObjectExistsError as exc:
-            if sent.count > 1 and await self.store.holds(path, data):
+            if sent.count > 1 and await self.storage.holds(path, data):
                 log.debug("%r already holds our bytes: an earlier request of ours landed", path)
                 return md5_hex(data)
             self._metrics.inc("request_failures")

@@ -41,7 +41,8 @@ def main() -> None:
     events = (spark.readStream.schema("user string, page string").option("maxFilesPerTrigger", 1)
               .csv(args.inputs))
     query = (stateful(events).group_by("user")
-             .process(RunningCount(), "user string, count long", checkpoint=args.checkpoint,
+             .process(RunningCount(), "user string, count long",
+                      checkpoint_location=args.checkpoint,
                       partitions=args.partitions)
              .on_progress(lambda p: print(f"committed batch {p.batch_id}: {p.output_rows} "
                                           f"row(s) out", flush=True))

@@ -24,24 +24,24 @@ class SnapshotJob:
     schedule: StoreSchedule
     lock: threading.Lock
     metrics: Metrics
-    checkpoint: LinkCopy
+    link_copy: LinkCopy
     request: SnapshotRequest
     future: Future[MaterializedHandle]
 
     def __call__(self) -> None:
         if not self.future.set_running_or_notify_cancel():
-            self.checkpoint.remove()
+            self.link_copy.remove()
             with self.lock:
                 self.schedule.abandoned(self.future)
             return
         try:
-            handle = self.uploader.upload(self.checkpoint, self.request,
+            handle = self.uploader.upload(self.link_copy, self.request,
                                           self.schedule.remote_dir)
         except BaseException as exc:
-            self.checkpoint.remove()
+            self.link_copy.remove()
             self._fail(exc)
             return
-        self.checkpoint.remove()
+        self.link_copy.remove()
         with self.lock:
             self.schedule.succeeded(self.future, handle)
         self.metrics.add("snapshots_succeeded")

@@ -32,7 +32,7 @@ class StoreSchedule:
 
     store_id: str
     remote_dir: str
-    options: MaterializerSettings
+    settings: MaterializerSettings
     next_due: float | None
     commits: int = 0
     failures: int = 0
@@ -41,15 +41,15 @@ class StoreSchedule:
     completed: MaterializedHandle | None = None
 
     @classmethod
-    def create(cls, store_id: str, remote_dir: str, options: MaterializerSettings,
+    def create(cls, store_id: str, remote_dir: str, settings: MaterializerSettings,
                now: float) -> StoreSchedule:
-        due = None if options.interval is None else now + first_delay(store_id,
-                                                                       options.interval)
-        return cls(store_id, remote_dir, options, due)
+        due = None if settings.interval is None else now + first_delay(store_id,
+                                                                       settings.interval)
+        return cls(store_id, remote_dir, settings, due)
 
     def check_failures(self) -> None:
         """Raise once more snapshots failed in a row than `max_consecutive_failures` allows."""
-        if self.failures > self.options.max_consecutive_failures:
+        if self.failures > self.settings.max_consecutive_failures:
             raise MaterializationFailedError(self.store_id, self.failures, self.last_error)
 
     def decide(self, unmaterialized_bytes: int, now: float,
@@ -61,11 +61,11 @@ class StoreSchedule:
         snapshot every N commits, although no single process made N of them.
         """
         self.commits += 1
-        if unmaterialized_bytes >= self.options.backstop_bytes:
+        if unmaterialized_bytes >= self.settings.backstop_bytes:
             return SnapshotDecision.BACKSTOP
         if self.in_flight:
             return SnapshotDecision.NO
-        n = self.options.every_n_commits
+        n = self.settings.every_n_commits
         commits = self.commits if commits_since_snapshot is None else commits_since_snapshot
         if n is not None and commits >= n:
             return SnapshotDecision.PERIODIC
@@ -76,8 +76,8 @@ class StoreSchedule:
     def started(self, future: Future[MaterializedHandle], now: float) -> None:
         self.in_flight.add(future)
         self.commits = 0
-        if self.options.interval is not None:
-            self.next_due = now + self.options.interval
+        if self.settings.interval is not None:
+            self.next_due = now + self.settings.interval
 
     def succeeded(self, future: Future[MaterializedHandle], handle: MaterializedHandle) -> None:
         self.in_flight.discard(future)

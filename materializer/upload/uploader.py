@@ -1,4 +1,4 @@
-"""Upload one local checkpoint: new files in parallel, reused ones checked, manifest last."""
+"""Upload one link copy: new files in parallel, reused ones checked, manifest last."""
 
 from __future__ import annotations
 
@@ -59,18 +59,18 @@ class SnapshotUploader:
         self._metrics = metrics
         self._parallelism = parallelism
 
-    def upload(self, checkpoint: LinkCopy, request: SnapshotRequest,
+    def upload(self, link_copy: LinkCopy, request: SnapshotRequest,
                remote_dir: str) -> MaterializedHandle:
         started = time.monotonic()
-        planned = [self._plan(checkpoint.directory, name, request.store_id)
-                   for name in checkpoint.file_names()]
+        planned = [self._plan(link_copy.directory, name, request.store_id)
+                   for name in link_copy.file_names()]
         self._drop_vanished_reuses(planned, request.store_id)
         files, new_bytes = self._upload_new(planned, request, remote_dir)
         manifest = SnapshotManifest(
             store_id=request.store_id, version=request.version, unique_id=request.unique_id,
             sqn=request.sqn, lineage=request.lineage, files=tuple(files),
-            column_families=checkpoint.column_families, key_counts=checkpoint.key_counts,
-            rocksdb=_rocksdb_facts(checkpoint.directory, [p.local_name for p in planned]),
+            column_families=link_copy.column_families, key_counts=link_copy.key_counts,
+            rocksdb=_rocksdb_facts(link_copy.directory, [p.local_name for p in planned]),
             created_ms=int(time.time() * 1000), metadata=dict(request.metadata))
         path = self._write_manifest(manifest, remote_dir)
         self._metrics.set("last_upload_seconds", time.monotonic() - started)
@@ -201,7 +201,7 @@ def _read_verified(item: _Planned) -> bytes:
     with open(item.local_path, "rb") as handle:
         data = handle.read()
     if len(data) != item.size or crc32_of(data) != item.checksum:
-        raise SnapshotCorruptError(f"local checkpoint file {item.local_path!r} changed while "
+        raise SnapshotCorruptError(f"link copy file {item.local_path!r} changed while "
                                    f"it was being uploaded", item.local_path)
     return data
 

@@ -1,13 +1,11 @@
-"""The handle of a started query: Spark's StreamingQuery, with a stateful task's failure
+"""A started query: Spark's StreamingQuery, with a stateful task's failure
 raised as the StatefulTaskError it is (`stage/failures.py`) rather than Spark's wrapping."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from typing import Any
 
-from pyspark_dstl.spark.stage.failures import StatefulTaskError, task_error_text
+from pyspark_dstl.spark.stage.failures import stage_errors
 
 
 class StatefulQuery:
@@ -27,23 +25,10 @@ class StatefulQuery:
         return getattr(self._query, name)
 
     def awaitTermination(self, timeout: int | None = None) -> bool | None:
-        with _task_failures():
+        with stage_errors(query_stopped=True):
             return self._query.awaitTermination(timeout)
 
     def processAllAvailable(self) -> None:
-        with _task_failures():
+        with stage_errors(query_stopped=True):
             self._query.processAllAvailable()
 
-
-@contextlib.contextmanager
-def _task_failures() -> Iterator[None]:
-    try:
-        yield
-    except Exception as exc:
-        text = task_error_text(str(exc))
-        if text is None:
-            raise
-        error = StatefulTaskError(text)
-        error.add_note(f"the streaming query stopped: {type(exc).__name__} "
-                       f"(StatefulQuery.query.exception() has Spark's full report)")
-        raise error from None

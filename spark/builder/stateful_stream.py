@@ -13,12 +13,14 @@ from pyspark_dstl.core.errors import ConfigError
 from pyspark_dstl.spark.builder.started_query import StatefulQuery
 from pyspark_dstl.spark.driver import query_lease as fencing
 from pyspark_dstl.spark.driver.operator import BatchProgress, OperatorSpec, StatefulOperator
+from pyspark_dstl.spark.driver.ownership import check_location, processor_name
 from pyspark_dstl.spark.driver.progress import log_batch, with_state_progress
 from pyspark_dstl.spark.driver.state_schemas import settle_operator
 from pyspark_dstl.spark.locations import default_engine_checkpoint, to_url
 from pyspark_dstl.spark.processors.declarations import check_declarations
 from pyspark_dstl.spark.processors.initial_state import InitialState
 from pyspark_dstl.spark.processors.processor import StatefulProcessor, VectorizedStatefulProcessor
+from pyspark_dstl.spark.pyspark_versions import refuse_available_now_with_timers
 from pyspark_dstl.spark.query_settings import QUERY_PREFIX, DstlSettings
 from pyspark_dstl.spark.readers.discovery import warn_if_undiscoverable
 from pyspark_dstl.spark.session import (
@@ -68,12 +70,14 @@ class GroupedStateful:
         self._keys = key_columns
 
     def process(self, processor: StatefulProcessor | VectorizedStatefulProcessor,
-                output_schema: Any, *, checkpoint: str | None = None,
+                output_schema: Any, *, checkpoint_location: str | None = None,
                 partitions: int | None = None, name: str | None = None,
-                conf: Mapping[str, Any] | None = None, time_mode: str = "none",
+                settings: Mapping[str, Any] | None = None, time_mode: str = "none",
                 event_time: str | None = None, watermark_delay: str | float | None = None,
                 initial_state: Any = None) -> StatefulStream:
-        """`conf`: per-query spark.dstl.* settings (full or short keys) over the session's.
+        """`checkpoint_location`: where the query keeps its state (a path or URL; else the
+        setting spark.dstl.query.checkpointLocation). `settings`: per-query spark.dstl.*
+        settings (full or short keys) over the session's.
 
         `time_mode`: "none", "processing_time" or "event_time" (PySpark's spellings work too).
         `event_time` and `watermark_delay` (e.g. "10 minutes") name the event-time column and
@@ -96,64 +100,66 @@ class GroupedStateful:
         check_declarations(processor, time.mode)
         initial = (None if initial_state is None
                    else InitialState.of(initial_state, self._keys, self._df.schema))
-        overrides = dict(conf or {})
-        if checkpoint is not None:
-            overrides[QUERY_PREFIX + "checkpointLocation"] = checkpoint
+        overrides = dict(settings or {})
+        if checkpoint_location is not None:
+            overrides[QUERY_PREFIX + "checkpointLocation"] = checkpoint_location
         if partitions is not None:
             overrides[QUERY_PREFIX + "partitions"] = partitions
         if name is not None:
             overrides[QUERY_PREFIX + "operatorName"] = name
-        settings = DstlSettings.from_session(spark, overrides)
-        location = settings.query.checkpoint_location
-        if location is None:
+        resolved = DstlSettings.from_session(spark, overrides)
+        given = resolved.query.checkpoint_location
+        if given is None:
             raise ConfigError(f"{QUERY_PREFIX}checkpointLocation: no checkpoint location; pass "
-                              f"checkpoint=... or set {QUERY_PREFIX}checkpointLocation")
-        url = to_url(location)
+                              f"checkpoint_location=... or set "
+                              f"{QUERY_PREFIX}checkpointLocation")
+        location = to_url(given)
         if time.needs_ticks:
             time = TimeSpec(time.mode, time.event_time_column, time.watermark_delay_ms,
-                            default_demand_file(url, settings.query.operator_name))
+                            default_demand_file(location, resolved.query.operator_name))
         spec = OperatorSpec(processor=processor, key_columns=self._keys,
                             output_schema=_struct(spark, output_schema),
-                            checkpoint=url, partitions=settings.query.partitions,
-                            name=settings.query.operator_name, time=time,
+                            location=location, partitions=resolved.query.partitions,
+                            name=resolved.query.operator_name, time=time,
                             initial_state=initial)
-        return StatefulStream(self._df, StatefulOperator(spec, settings))
+        return StatefulStream(self._df, StatefulOperator(spec, resolved))
 
     def transformWithStateInPandas(
             self, statefulProcessor: Any, outputStructType: Any,
             outputMode: str, timeMode: str, initialState: Any = None,
-            eventTimeColumnName: str = "", *, checkpoint: str | None = None,
+            eventTimeColumnName: str = "", *, checkpoint_location: str | None = None,
             partitions: int | None = None, name: str | None = None,
-            conf: Mapping[str, Any] | None = None) -> StatefulStream:
+            settings: Mapping[str, Any] | None = None) -> StatefulStream:
         """PySpark's `df.groupBy(...).transformWithStateInPandas(...)` on this backend: a
         subclass of pyspark.sql.streaming.StatefulProcessor runs unchanged, with pandas
         DataFrames in and out. The keywords after PySpark's arguments are process(...)'s."""
         return self._transform("pandas", statefulProcessor, outputStructType, outputMode,
-                               timeMode, initialState, eventTimeColumnName, checkpoint,
-                               partitions, name, conf)
+                               timeMode, initialState, eventTimeColumnName,
+                               checkpoint_location, partitions, name, settings)
 
     def transformWithState(
             self, statefulProcessor: Any, outputStructType: Any,
             outputMode: str, timeMode: str, initialState: Any = None,
-            eventTimeColumnName: str = "", *, checkpoint: str | None = None,
+            eventTimeColumnName: str = "", *, checkpoint_location: str | None = None,
             partitions: int | None = None, name: str | None = None,
-            conf: Mapping[str, Any] | None = None) -> StatefulStream:
+            settings: Mapping[str, Any] | None = None) -> StatefulStream:
         """PySpark's `df.groupBy(...).transformWithState(...)` on this backend: the Row-based
         variant, with pyspark.sql.Row in and out."""
         return self._transform("rows", statefulProcessor, outputStructType, outputMode,
-                               timeMode, initialState, eventTimeColumnName, checkpoint,
-                               partitions, name, conf)
+                               timeMode, initialState, eventTimeColumnName,
+                               checkpoint_location, partitions, name, settings)
 
     def _transform(self, rows_as: str, processor: Any, output_schema: Any, output_mode: str,
                    time_mode: str, initial_state: Any, event_time_column: str,
-                   checkpoint: str | None, partitions: int | None, name: str | None,
-                   conf: Mapping[str, Any] | None) -> StatefulStream:
+                   checkpoint_location: str | None, partitions: int | None, name: str | None,
+                   settings: Mapping[str, Any] | None) -> StatefulStream:
         from pyspark_dstl.spark.pyspark_api.transform import plan_transform
 
         plan = plan_transform(self._df, self._keys, processor, output_schema, output_mode,
                               time_mode, initial_state, event_time_column, rows_as)
-        return self.process(plan.processor, plan.output_schema, checkpoint=checkpoint,
-                            partitions=partitions, name=name, conf=conf,
+        return self.process(plan.processor, plan.output_schema,
+                            checkpoint_location=checkpoint_location, partitions=partitions,
+                            name=name, settings=settings,
                             time_mode=plan.time_mode, initial_state=plan.initial_state)
 
 
@@ -177,21 +183,48 @@ class StatefulStream:
         self._on_progress = callback
         return self
 
+    def pyspark_processor(self) -> Any:
+        """The PySpark StatefulProcessor the step runs (transformWithState...), else None."""
+        return getattr(self.operator.spec.processor, "processor", None) if hasattr(
+            self.operator.spec.processor, "entry") else None
+
+    def uses_ticks(self) -> bool:
+        """Whether the query reads the tick source beside its input (one source more in its
+        engine checkpoint's offset log)."""
+        return (self.operator.spec.time.tick_file is not None
+                and no_data_batches(self._df.sparkSession))
+
+    def check_location(self, engine: str | None = None) -> None:
+        """Refuse a location another engine owns, or one holding Spark's own checkpoint and no
+        state of this backend (driver/ownership.py), before anything is written."""
+        pyspark = self.pyspark_processor()
+        check_location(self.operator._storage(), self.operator.location,
+                       processor_name(pyspark) if pyspark is not None else None,
+                       None if engine is None else to_url(engine))
+
     def run_batch(self, df: Any, batch_id: int) -> None:
         """The foreachBatch function; also usable directly on a batch DataFrame."""
         progress = self.operator.process_batch(df, batch_id, self._sink)
         self.progress.append(progress)
-        if self.operator.conf.query.log_progress:
-            log_batch(progress, self.operator.spec.name, self.operator.checkpoint)
+        log_batch(progress, self.operator.spec.name, self.operator.location,
+                  show=self.operator.settings.query.log_progress)
         if self._on_progress is not None:
             self._on_progress(progress)
+
+    def check_trigger(self, trigger: Mapping[str, Any] | None) -> None:
+        """Refuse, before anything is written, a trigger this PySpark cannot run with the
+        query's time mode (availableNow with timers before Spark 4.2: pyspark_versions.py)."""
+        if self.operator.spec.time.tick_file is not None and no_data_batches(
+                self._df.sparkSession):
+            refuse_available_now_with_timers(self._df.sparkSession, trigger,
+                                             self.operator.spec.time.mode)
 
     def start(self, *, trigger: Mapping[str, Any] | None = None,
               engine_checkpoint: str | None = None, query_name: str | None = None) -> Any:
         """Start the streaming query. `trigger` as DataStreamWriter.trigger's keywords, e.g.
         {"availableNow": True} or {"processingTime": "5 seconds"}. The engine's own checkpoint
-        (offsets, commits) goes to `engine_checkpoint`, by default <checkpoint>/engine for a
-        local checkpoint."""
+        (offsets, commits) goes to `engine_checkpoint`, by default <checkpoint location>/engine
+        (the setting spark.dstl.query.engineCheckpointLocation gives another)."""
         from pyspark_dstl.spark.readers.state_reader import register_state_reader
 
         warn_if_undiscoverable()
@@ -199,17 +232,20 @@ class StatefulStream:
             raise ConfigError(f"trigger={trigger!r}: give DataStreamWriter.trigger's keywords as "
                               f"a dict, e.g. trigger={{'processingTime': {str(trigger)!r}}} or "
                               f"trigger={{'availableNow': True}}")
+        self.check_trigger(trigger)
         if not self._df.isStreaming:
             raise ConfigError("start(): the input is a batch DataFrame, not a stream; read it "
                               "with spark.readStream, or run it as one batch with "
                               ".run_batch(df, batch_id)")
+        engine = engine_checkpoint or self.operator.settings.query.engine_checkpoint_location
+        if engine is None:
+            engine = default_engine_checkpoint(self.operator.location,
+                                               also=" or start(engine_checkpoint=...)")
+        self.check_location(engine)
         register_state_reader(self._df.sparkSession)
-        location = engine_checkpoint or self.operator.conf.query.engine_checkpoint_location
-        if location is None:
-            location = default_engine_checkpoint(self.operator.checkpoint)
         source = self._df
         tick_file = self.operator.spec.time.tick_file
-        if tick_file is not None and no_data_batches(source.sparkSession):
+        if tick_file is not None and self.uses_ticks():
             if not python_sources_allowed(source.sparkSession, "timers"):
                 raise ConfigError(
                     f"{ARROW_RECORDS}: timers reach this backend through a Python data "
@@ -218,22 +254,22 @@ class StatefulStream:
             self.operator.publish_latest_demand()
             source = source.unionByName(tick_stream(source.sparkSession, source.schema,
                                                     tick_file))
-        if self.operator.conf.query.observed_metrics and python_sources_allowed(
+        if self.operator.settings.query.observed_metrics and python_sources_allowed(
                 source.sparkSession, "the state metrics in Spark's progress"):
-            source = with_state_progress(source, self.operator.checkpoint,
+            source = with_state_progress(source, self.operator.location,
                                          self.operator.spec.name,
-                                         self.operator.conf.backend_settings)
+                                         self.operator.settings.backend_settings)
         writer = source.writeStream.foreachBatch(self.run_batch)
-        writer = writer.option("checkpointLocation", location)
+        writer = writer.option("checkpointLocation", engine)
         if trigger:
             writer = writer.trigger(**dict(trigger))
         if query_name:
             writer = writer.queryName(query_name)
         if is_connect(source.sparkSession):
             # Spark Connect runs foreachBatch in a Python process of the server: that process
-            # takes the root at its first batch (a lease is a process's own), not this client
+            # takes the location at its first batch (a lease is a process's own), not this client
             return StatefulQuery(writer.start())
-        lease = fencing.start_query(self.operator)  # refused while another run holds the root
+        lease = fencing.start_query(self.operator)  # refused while another run holds the location
         try:
             with lease.use():
                 settle_operator(self.operator)  # state schemas: refused or recorded here

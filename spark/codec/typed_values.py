@@ -29,6 +29,7 @@ import pandas as pd
 
 from pyspark_dstl.spark.codec.values import encode_value
 from pyspark_dstl.spark.spark_errors import (
+    DstlSparkError,
     StateDecodingError,
     StateEncodingError,
     StateVariableError,
@@ -44,8 +45,9 @@ _MICROS = 1_000_000
 _INTEGER_RANGES = {"byte": 8, "short": 16, "integer": 32, "long": 64}
 
 
-class _Misfit(Exception):
-    """A value that does not fit its field; `path` is filled in on the way up."""
+class _Misfit(DstlSparkError):
+    """A value that does not fit its field; `path` is filled in on the way up. Never leaves
+    this module: RowCodec turns it into a StateEncodingError naming the field."""
 
     def __init__(self, reason: str, value: Any) -> None:
         super().__init__(reason)

@@ -43,6 +43,7 @@ from pyspark_dstl.spark.keys.key_grouping import (
 )
 from pyspark_dstl.spark.processors.initial_state import InitialState
 from pyspark_dstl.spark.processors.processor import AnyProcessor
+from pyspark_dstl.spark.pyspark_versions import arrow_schema
 from pyspark_dstl.spark.query_settings import DstlSettings
 from pyspark_dstl.spark.spark_errors import CommitValidationError, PartitionCountError
 from pyspark_dstl.spark.stage.failures import stage_errors
@@ -94,7 +95,7 @@ class OperatorSpec:
     processor: AnyProcessor
     key_columns: tuple[str, ...]
     output_schema: Any  # pyspark StructType
-    checkpoint: str
+    location: str  # the checkpoint location's URL
     partitions: int | None = None
     name: str = "stateful"
     time: TimeSpec = field(default_factory=TimeSpec)
@@ -231,17 +232,17 @@ class BatchProgress:
 class StatefulOperator:
     """Runs a processor on micro-batches; use `process_batch` from foreachBatch."""
 
-    def __init__(self, spec: OperatorSpec, conf: DstlSettings) -> None:
+    def __init__(self, spec: OperatorSpec, settings: DstlSettings) -> None:
         self.spec = spec
-        self.conf = conf
-        self.checkpoint = spec.checkpoint
+        self.settings = settings
+        self.location = spec.location
         self._batches_since_cleanup = 0
 
     # --- storage on the driver (no RocksDB here: only the commit log and cleanup) -----------
 
     def _storage(self) -> Any:
-        backend = executor_stores().backend(self.conf.backend_settings)
-        return backend.context(self.checkpoint).storage
+        backend = executor_stores().backend(self.settings.backend_settings)
+        return backend.context(self.location).storage
 
     def commit_log(self) -> CommitLog:
         return CommitLog(self._storage())
@@ -255,7 +256,7 @@ class StatefulOperator:
         later = [b for b in batches if b > batch_id]
         if later:
             raise CommitValidationError(
-                f"the commit log under {self.checkpoint!r} already holds batch {max(later)} "
+                f"the commit log under {self.location!r} already holds batch {max(later)} "
                 f"but the engine runs batch {batch_id}: the Spark checkpoint and this "
                 f"checkpoint do not belong together")
         earlier = [b for b in batches if b < batch_id]
@@ -264,7 +265,7 @@ class StatefulOperator:
         previous = max(earlier)
         if previous != batch_id - 1:
             raise CommitValidationError(
-                f"the commit log under {self.checkpoint!r} ends at batch {previous}, but the "
+                f"the commit log under {self.location!r} ends at batch {previous}, but the "
                 f"engine runs batch {batch_id}: batches {previous + 1}..{batch_id - 1} were "
                 f"never committed here, their state changes would be lost")
         return BatchBase(previous, log.read(previous), rerun=batch_id in batches)
@@ -279,9 +280,9 @@ class StatefulOperator:
             keys = base.entry.extra.get("key_columns")
             if keys is not None and tuple(keys) != self.spec.key_columns:
                 raise PartitionCountError(
-                    f"checkpoint {self.checkpoint!r} groups by {tuple(keys)}; the query groups "
+                    f"checkpoint {self.location!r} groups by {tuple(keys)}; the query groups "
                     f"by {self.spec.key_columns}: the grouping key cannot change")
-        requested = self.spec.partitions or self.conf.query.partitions
+        requested = self.spec.partitions or self.settings.query.partitions
         if requested is not None:
             return requested
         if recorded is not None:
@@ -295,7 +296,7 @@ class StatefulOperator:
         recorded = base.entry.extra.get(KEY_TYPES) if base.entry is not None else None
         if recorded is not None and list(recorded) != types:
             raise PartitionCountError(
-                f"checkpoint {self.checkpoint!r} was written with key column types "
+                f"checkpoint {self.location!r} was written with key column types "
                 f"{list(recorded)} for {list(self.spec.key_columns)}; the query has {types}: "
                 f"cast the key columns back (Spark hashes other types to other partitions)")
         return types
@@ -313,12 +314,12 @@ class StatefulOperator:
         if migrating:
             log.warning("checkpoint %s: batch %s's state is in the hash layout, written before "
                         "key groups existed; migrating it to key groups once, key by key (later "
-                        "rescales move ranges of key groups)", self.checkpoint, base.batch_id)
-        done = rescale_in_child(self.conf.backend_settings, self.checkpoint, base.entry,
+                        "rescales move ranges of key groups)", self.location, base.batch_id)
+        done = rescale_in_child(self.settings.backend_settings, self.location, base.entry,
                                 self.spec.name, n, key_types)
         log.warning("checkpoint %s: state of batch %s %s from %d to %d partitions (%d keys, "
                     "%.1f s, %s); the next commit entry switches to the new layout",
-                    self.checkpoint, base.batch_id, "migrated" if migrating else "rescaled",
+                    self.location, base.batch_id, "migrated" if migrating else "rescaled",
                     done.record["from_partitions"], n, done.record["keys"],
                     done.record["seconds"], done.record["method"])
         entry = rescaled_entry(base.entry, self.spec.name, done, key_types)
@@ -343,12 +344,12 @@ class StatefulOperator:
         plan = self._task_plan(keyed, batch_id, n, base, clock, key_types, key_groups)
         task = functools.partial(stateful_task, plan, self.spec.processor)
         stage = _run_stage(keyed.mapInArrow(task, _result_struct(self.spec.output_schema)),
-                           self.conf.query.output_mode)
+                           self.settings.query.output_mode)
         reports = _reports_of(stage.metas, batch_id)
         output, staged = stage.output, None
         if plan.output_files and output is not None:
             parts = tuple(r.output for _, r in sorted(reports.items()) if r.output is not None)
-            staged = StagedOutput(self.checkpoint, plan.settings, plan.output_schema, parts,
+            staged = StagedOutput(self.location, plan.settings, plan.output_schema, parts,
                                   output)
             output = None
         result = StageResult(batch_id, base, n, output, reports, time.monotonic() - started,
@@ -367,7 +368,7 @@ class StatefulOperator:
             or KEY_GROUPS
         if not 1 <= n <= limit:
             raise PartitionCountError(
-                f"checkpoint {self.checkpoint!r}: {n} state partitions, but its keys hash into "
+                f"checkpoint {self.location!r}: {n} state partitions, but its keys hash into "
                 f"{limit} key groups: set partitions= (or spark.sql.shuffle.partitions for "
                 f"the drop-in switch) to 1..{limit}")
 
@@ -380,7 +381,7 @@ class StatefulOperator:
         recorded = key_groups_in(base.entry.extra)
         if recorded is None:
             raise CommitValidationError(
-                f"checkpoint {self.checkpoint!r}: batch {base.batch_id} stores grouping keys "
+                f"checkpoint {self.location!r}: batch {base.batch_id} stores grouping keys "
                 f"without their key group (written before key groups, its commit entry has "
                 f"no {LAYOUT!r}); migrate the checkpoint to the key group layout first")
         return recorded
@@ -389,21 +390,19 @@ class StatefulOperator:
                    clock: BatchClock, key_types: list[str] | None = None,
                    key_groups: int = KEY_GROUPS) -> TaskPlan:
         """What every task of the batch gets: plain data, shipped inside the task closure."""
-        from pyspark.sql.pandas.types import to_arrow_schema
-
         zone = keyed.sparkSession.conf.get("spark.sql.session.timeZone")  # Arrow's timestamps
         return TaskPlan(
-            checkpoint=self.checkpoint, operator=self.spec.name, num_partitions=n,
+            location=self.location, operator=self.spec.name, num_partitions=n,
             batch_id=batch_id, now_ms=clock.now_ms,
-            key_columns=self.spec.key_columns, settings=self.conf.backend_settings,
-            input_schema=to_arrow_schema(keyed.schema, timezone=zone),
-            output_schema=to_arrow_schema(self.spec.output_schema, timezone=zone),
+            key_columns=self.spec.key_columns, settings=self.settings.backend_settings,
+            input_schema=arrow_schema(keyed.schema, zone),
+            output_schema=arrow_schema(self.spec.output_schema, zone),
             bases={p: info.to_dict() for p, info in base.infos(self.spec.name).items()},
             time_mode=clock.mode, watermark_ms=clock.watermark_ms,
             event_time_column=self.spec.time.event_time_column,
             late_threshold_ms=clock.late_threshold_ms,
-            output_files=self.conf.query.output_mode == "files",
-            inline_bytes=self.conf.query.output_inline_bytes,
+            output_files=self.settings.query.output_mode == "files",
+            inline_bytes=self.settings.query.output_inline_bytes,
             key_types=tuple(key_types or ()), key_groups=key_groups)
 
     def release(self, result: StageResult) -> None:
@@ -464,6 +463,7 @@ class StatefulOperator:
                    **layout_extra(result.key_groups),
                    **({RESCALE: result.base.rescale} if result.base.rescale else {}),
                    "processor": type(self.spec.processor).__name__,
+                   **_pyspark_entry(self.spec.processor),
                    "output_schema": self.spec.output_schema.json(),
                    "metrics": self.metrics_of(result), "stage_seconds": result.seconds,
                    **self._time_extra(result), **state_schemas.commit_extra(self)})
@@ -513,7 +513,7 @@ class StatefulOperator:
     def maybe_cleanup(self, batch_id: int | None = None) -> int:
         """Every `cleanupInterval` batches: delete what retained checkpoints no longer need,
         and output files of batches before `batch_id` (attempts that finished late)."""
-        interval = self.conf.query.cleanup_interval
+        interval = self.settings.query.cleanup_interval
         if interval == 0:
             return 0
         self._batches_since_cleanup += 1
@@ -521,8 +521,9 @@ class StatefulOperator:
             return 0
         self._batches_since_cleanup = 0
         lease = fencing.hold(self)
-        report = cleanup_checkpoint(self._storage(), self.conf.backend.min_batches_to_retain,
-                                    dry_run=False, lease=lease)
+        report = cleanup_checkpoint(
+            self._storage(), self.settings.backend.min_batches_to_retain, dry_run=False,
+            lease=lease, feed_hold_limit=self.settings.backend.max_batches_held_for_feeds)
         outputs = 0
         if batch_id is not None:
             lease.check(f"delete output files of batches before {batch_id}")
@@ -553,6 +554,17 @@ class StatefulOperator:
             cleanup_deleted_files=deleted,
             watermark_ms=result.clock.watermark_ms if result.clock is not None else -1,
             driver_bytes=result.driver_bytes)
+
+
+def _pyspark_entry(processor: Any) -> dict[str, str]:
+    """Which PySpark call runs a PySpark processor (transformWithStateInPandas or
+    transformWithState) and its outputMode: export-state makes Spark's operator the same
+    call (Spark refuses a checkpoint whose operator had another outputMode)."""
+    entry = getattr(processor, "entry", None)
+    if not isinstance(entry, str):
+        return {}
+    return {"pyspark_entry": entry,
+            "pyspark_output_mode": str(getattr(processor, "output_mode", "Update"))}
 
 
 @dataclass

@@ -1,7 +1,9 @@
-"""Per-batch state metrics where Spark users look: a JSON log line and Spark's own progress.
+"""Per-batch state metrics where Spark users look: a log line and Spark's own progress.
 
-The log line: one JSON object per batch through Python logging (logger `PROGRESS_LOGGER`), on
-unless spark.dstl.query.logProgress is false.
+The log lines, quiet unless asked for: one short line per batch at INFO (logger
+`PROGRESS_LOGGER`) and the batch's every metric as one JSON object at DEBUG (logger
+`PROGRESS_JSON_LOGGER`). They show where the application's logging shows them; the setting
+spark.dstl.query.logProgress puts the short line on stderr where nothing configured logging.
 
 Spark's progress: the stateful stage runs inside foreachBatch, after Spark has already read
 the batch's input, and Spark takes a progress report's observed metrics from rows that flow
@@ -27,26 +29,45 @@ from pyspark_dstl.spark.readers.progress_source import (
 )
 
 PROGRESS_LOGGER = "pyspark_dstl.progress"
+PROGRESS_JSON_LOGGER = PROGRESS_LOGGER + ".json"
 OBSERVATION = "dstl_state"
+MIB = 1024 * 1024
 
 log = logging.getLogger(PROGRESS_LOGGER)
+json_log = logging.getLogger(PROGRESS_JSON_LOGGER)
 
 
-# --- the log line ---------------------------------------------------------------------------
+# --- the log lines --------------------------------------------------------------------------
 
-def progress_record(progress: Any, operator: str, checkpoint: str) -> dict[str, Any]:
+def progress_line(progress: Any, operator: str) -> str:
+    """One batch in one short line: rows, time, what the commit made durable."""
+    late = f", {progress.late_rows:,} late" if progress.late_rows else ""
+    timers = f", {progress.timers_fired:,} timers" if progress.timers_fired else ""
+    return (f"dstl batch {progress.batch_id} {operator}: {progress.input_rows:,} rows in, "
+            f"{progress.output_rows:,} out{late}{timers}, {progress.keys:,} keys; "
+            f"{progress.total_seconds:.2f} s, changelog {progress.changelog_bytes / MIB:.1f} "
+            f"MiB")
+
+
+def progress_record(progress: Any, operator: str, location: str) -> dict[str, Any]:
     """A BatchProgress as one JSON-ready object (the upload summary flattened into metrics)."""
     fields = dataclasses.asdict(progress)
     fields.pop("upload", None)
-    return {"event": "dstl.batch", "operator": operator, "checkpoint": checkpoint, **fields}
+    return {"event": "dstl.batch", "operator": operator, "checkpoint_location": location,
+            **fields}
 
 
-def log_batch(progress: Any, operator: str, checkpoint: str) -> None:
-    """Log one batch as a JSON line at INFO. Without any logging configured the line goes to
-    stderr, so it is visible by default; configure logging to send it elsewhere."""
-    _ensure_visible()
-    log.info(json.dumps(progress_record(progress, operator, checkpoint), sort_keys=True,
-                        default=str))
+def log_batch(progress: Any, operator: str, location: str, *, show: bool = False) -> None:
+    """The batch's short line at INFO and its JSON record at DEBUG, each built only when its
+    logger would pass it on. `show`: put the short line on stderr if nothing configured
+    logging (spark.dstl.query.logProgress)."""
+    if show:
+        _ensure_visible()
+    if log.isEnabledFor(logging.INFO):
+        log.info(progress_line(progress, operator))
+    if json_log.isEnabledFor(logging.DEBUG):
+        json_log.debug(json.dumps(progress_record(progress, operator, location),
+                                  sort_keys=True, default=str))
 
 
 def _ensure_visible() -> None:
@@ -59,10 +80,9 @@ def _ensure_visible() -> None:
         log.propagate = False
 
 
-
 # --- Spark's progress -----------------------------------------------------------------------
 
-def with_state_progress(df: Any, checkpoint: str, operator: str,
+def with_state_progress(df: Any, location: str, operator: str,
                         settings: Mapping[str, str]) -> Any:
     """`df` with the dstl-progress branch whose observed metrics Spark puts in every progress
     report; the rows and columns of `df` are unchanged (a left join on false)."""
@@ -71,7 +91,7 @@ def with_state_progress(df: Any, checkpoint: str, operator: str,
     spark = df.sparkSession
     spark.dataSource.register(DstlProgressSource)
     metrics = (spark.read.format(SOURCE_NAME).option("operatorName", operator)
-               .option("settings", json.dumps(dict(settings))).load(checkpoint))
+               .option("settings", json.dumps(dict(settings))).load(location))
     observed = metrics.observe(
         OBSERVATION,
         F.max("__dstl_batch").alias("batch_id"),

@@ -1,6 +1,7 @@
-"""The driver's hold on its checkpoint root (lineage/fencing.py) for the Spark integration.
+"""The driver's hold on its checkpoint location (backend/fencing/lease.py) for the Spark
+integration.
 
-A query takes the root when it starts, before Spark runs anything, and holds it while it is
+A query takes the location when it starts, before Spark runs anything, and holds it while it is
 active; an operator used directly (`run_batch`, `execute`/`commit`) takes it at its first
 batch. Every commit log entry and every cleanup goes through the lease, so a driver that
 another run took over stops with FencedError before it writes or deletes anything.
@@ -15,7 +16,7 @@ from pyspark_dstl.backend.backend_settings import BackendSettings
 from pyspark_dstl.backend.fencing.lease import HELD, CheckpointLease, acquire
 
 
-class _Conf(Protocol):
+class _QuerySettings(Protocol):
     @property
     def backend(self) -> BackendSettings: ...
 
@@ -24,7 +25,7 @@ class LeaseHolder(Protocol):
     """What a lease needs of its operator: the settings and the checkpoint's storage."""
 
     @property
-    def conf(self) -> _Conf: ...
+    def settings(self) -> _QuerySettings: ...
 
     def _storage(self) -> Any: ...
 
@@ -41,7 +42,7 @@ def hold(operator: LeaseHolder) -> CheckpointLease:
 
 
 def start_query(operator: LeaseHolder) -> CheckpointLease:
-    """A query starts: take the root anew (CheckpointHeldError while another run holds it,
+    """A query starts: take the location anew (CheckpointHeldError while another run holds it,
     including a query of this process that is still active)."""
     lease = _leases.get(operator)
     if lease is not None and lease.state == HELD and not lease.busy():
@@ -65,7 +66,7 @@ def abandon_query(operator: LeaseHolder) -> None:
 
 def _take(operator: LeaseHolder) -> CheckpointLease:
     storage = operator._storage()
-    lease = acquire(storage, operator.conf.backend.fencing)
+    lease = acquire(storage, operator.settings.backend.fencing)
     _leases[operator] = lease
     return lease
 

@@ -67,7 +67,7 @@ class Rescaled:
     record: dict[str, Any]
 
 
-def recorded_key_types(entry: CommitEntry, url: str) -> tuple[str, ...]:
+def recorded_key_types(entry: CommitEntry, location: str) -> tuple[str, ...]:
     """The key columns' Spark types; only a migration from the hash layout needs them (a
     range rescale decodes no key), so an entry of key groups may lack them."""
     types = entry.extra.get(KEY_TYPES)
@@ -75,7 +75,7 @@ def recorded_key_types(entry: CommitEntry, url: str) -> tuple[str, ...]:
         if key_groups_in(entry.extra) is not None:
             return ()
         raise RescaleError(
-            f"checkpoint {url!r}: batch {entry.batch_id}'s commit entry does not record the "
+            f"checkpoint {location!r}: batch {entry.batch_id}'s commit entry does not record the "
             f"key columns' Spark types (written before rescaling existed), which migrating it "
             f"to key groups needs: pass --key-types (e.g. --key-types bigint,string, in key "
             f"column order), or start the query with its old partition count once and "
@@ -83,19 +83,19 @@ def recorded_key_types(entry: CommitEntry, url: str) -> tuple[str, ...]:
     return tuple(str(t) for t in types)
 
 
-def operator_of(entry: CommitEntry, url: str, operator: str | None) -> str:
+def operator_of(entry: CommitEntry, location: str, operator: str | None) -> str:
     if operator is not None:
         if operator not in entry.operators:
-            raise RescaleError(f"checkpoint {url!r}: batch {entry.batch_id} has no operator "
+            raise RescaleError(f"checkpoint {location!r}: batch {entry.batch_id} has no operator "
                                f"{operator!r} (has {sorted(entry.operators)})")
         return operator
     if len(entry.operators) != 1:
-        raise RescaleError(f"checkpoint {url!r}: batch {entry.batch_id} has operators "
+        raise RescaleError(f"checkpoint {location!r}: batch {entry.batch_id} has operators "
                            f"{sorted(entry.operators)}: name one with --operator")
     return next(iter(entry.operators))
 
 
-def rescale(options: BackendSettings, url: str, entry: CommitEntry, operator: str,
+def rescale(settings: BackendSettings, location: str, entry: CommitEntry, operator: str,
             partitions: int, key_types: Sequence[str], mode: str) -> Rescaled:
     """The stores of `entry`'s operator, redistributed over `partitions` in key groups (in
     this process): ranges moved, or, from the hash layout, every key migrated."""
@@ -104,14 +104,15 @@ def rescale(options: BackendSettings, url: str, entry: CommitEntry, operator: st
     try:
         check_partitions(partitions, groups or KEY_GROUPS)
     except ValueError as exc:
-        raise RescaleError(f"checkpoint {url!r}, operator {operator!r}: {exc}: choose at most "
+        raise RescaleError(f"checkpoint {location!r}, operator {operator!r}: {exc}: choose at most "
                            f"{groups or KEY_GROUPS} partitions") from exc
     if groups is None:
         place = HashLayoutMigration(key_types, partitions, KEY_GROUPS)
-        infos, stats = rescale_stores(options, url, operator, commit.stores, partitions, place)
+        infos, stats = rescale_stores(settings, location, operator, commit.stores, partitions,
+                                      place)
         method, groups = "keys: migrated from the hash layout to key groups", KEY_GROUPS
     else:
-        infos, stats = rescale_ranges(options, url, operator, commit.stores, partitions,
+        infos, stats = rescale_ranges(settings, location, operator, commit.stores, partitions,
                                       groups, key_offset)
         method = "ranges of key groups"
     record = {"batch_id": entry.batch_id, "from_partitions": commit.num_partitions,
@@ -134,27 +135,27 @@ def rescaled_entry(entry: CommitEntry, operator: str, rescaled: Rescaled,
     return dataclasses.replace(entry, operators=operators, extra=extra, writer=None)
 
 
-def rescale_offline(storage: ChangelogService, options: BackendSettings,
+def rescale_offline(storage: ChangelogService, settings: BackendSettings,
                     fencing: FencingSettings, partitions: int, *, operator: str | None = None,
                     key_types: Sequence[str] | None = None) -> dict[str, Any]:
     """Rescale the newest committed batch of a stopped query; returns the rescale record
     (`changed` False when the checkpoint already has that many partitions)."""
-    url = storage.url
+    location = storage.url
     lease = acquire(storage, fencing, purpose="rescale")
     try:
         log = CommitLog(storage)
         latest = log.latest()
         if latest is None:
-            raise RescaleError(f"checkpoint {url!r} has no committed batch: there is no state "
+            raise RescaleError(f"checkpoint {location!r} has no committed batch: there is no state "
                                f"to rescale (start the query with the partition count you "
                                f"want)")
         batch_id, entry = latest
-        name = operator_of(entry, url, operator)
+        name = operator_of(entry, location, operator)
         if not needs_rescale(entry, name, partitions):
             return {"changed": False, "batch_id": batch_id, "partitions": partitions,
                     "operator": name, "key_groups": key_groups_in(entry.extra)}
-        types = tuple(key_types) if key_types else recorded_key_types(entry, url)
-        rescaled = rescale(options, url, entry, name, partitions, types, "offline")
+        types = tuple(key_types) if key_types else recorded_key_types(entry, location)
+        rescaled = rescale(settings, location, entry, name, partitions, types, "offline")
         path = log.write(batch_id, rescaled_entry(entry, name, rescaled, types), lease=lease,
                          rerun=True)
         return {"changed": True, "operator": name, "commit_entry": path, **rescaled.record}
@@ -162,16 +163,16 @@ def rescale_offline(storage: ChangelogService, options: BackendSettings,
         lease.release("rescale finished")
 
 
-def rescale_in_child(settings: Mapping[str, str], url: str, entry: CommitEntry, operator: str,
-                     partitions: int, key_types: Sequence[str]) -> Rescaled:
+def rescale_in_child(settings: Mapping[str, str], location: str, entry: CommitEntry,
+                     operator: str, partitions: int, key_types: Sequence[str]) -> Rescaled:
     """`rescale` in a child process: the driver never opens RocksDB itself."""
-    request = {"settings": dict(settings), "url": url, "entry": entry.to_dict(),
+    request = {"settings": dict(settings), "location": location, "entry": entry.to_dict(),
                "operator": operator, "partitions": partitions, "key_types": list(key_types)}
     done = subprocess.run([sys.executable, "-m", __name__], input=json.dumps(request),
                           capture_output=True, text=True, env=os.environ.copy(), check=False)
     if done.returncode != 0:
         tail = done.stderr.strip().splitlines()[-1:] or [f"exit status {done.returncode}"]
-        raise RescaleError(f"checkpoint {url!r}: rescaling operator {operator!r} to "
+        raise RescaleError(f"checkpoint {location!r}: rescaling operator {operator!r} to "
                            f"{partitions} partition(s) failed: {tail[0]} (the checkpoint "
                            f"keeps its old layout; a restart tries again)")
     answer = json.loads(done.stdout.strip().splitlines()[-1])
@@ -181,9 +182,9 @@ def rescale_in_child(settings: Mapping[str, str], url: str, entry: CommitEntry, 
 
 def _child_main() -> None:
     request = json.loads(sys.stdin.read())
-    options = BackendSettings.from_mapping(request["settings"])
+    settings = BackendSettings.from_mapping(request["settings"])
     entry = CommitEntry.from_dict(request["entry"])
-    done = rescale(options, request["url"], entry, request["operator"],
+    done = rescale(settings, request["location"], entry, request["operator"],
                    int(request["partitions"]), request["key_types"], "online")
     print(json.dumps({"infos": {str(p): info.to_dict() for p, info in done.infos.items()},
                       "record": done.record}))

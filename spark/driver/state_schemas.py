@@ -2,7 +2,8 @@
 
 On the driver, before any batch: the processor's declarations (from its init(), run on the
 driver) are compared with every schema record of the chain the newest committed batch names
-(codec/schema_history.py); a change that could not read the stored values is refused with
+(the records: backend/lineage/schema_records.py; Spark's rules: codec/schema_history.py); a
+change that could not read the stored values is refused with
 StateSchemaError. A changed but compatible declaration gets a new record, written create-only
 at `schemas/<operator>/<id>.json` with the next free id and the committed id as its base. The
 tasks then write values with the new id and read each stored value with the schema of its own
@@ -18,36 +19,38 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pyspark_dstl.backend.faults import kill_point
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
+from pyspark_dstl.backend.lineage.schema_records import (
+    COMMIT_EXTRA,
+    Declarations,
+    SchemaHistory,
+    SchemaRecord,
+    chain_of,
+    committed_schema_id,
+    encode_record,
+    read_records,
+    record_path,
+    records_prefix,
+)
 from pyspark_dstl.changelog.changelog_errors import (
     ChangelogError,
     ObjectExistsError,
     UploadFailedError,
 )
 from pyspark_dstl.materializer.remote import RemoteFiles
-from pyspark_dstl.spark.codec.schema_history import (
-    Declarations,
-    SchemaHistory,
-    SchemaRecord,
-    chain_of,
-    check_against_history,
-    encode_record,
-)
-from pyspark_dstl.spark.codec.schema_records import (
-    COMMIT_EXTRA,
-    committed_schema_id,
-    read_records,
-    records_prefix,
-)
+from pyspark_dstl.spark.codec.schema_history import check_against_history
+
+if TYPE_CHECKING:
+    from pyspark_dstl.spark.driver.operator import StatefulOperator
 from pyspark_dstl.spark.spark_errors import StateSchemaError
 
 
 def settle(storage: RemoteFiles, operator: str, declared: Declarations) -> SchemaHistory:
     """The history the next batch writes with; refuses declarations that cannot read the
-    committed state, and records new ones. Needs the run's hold on the root (one writer)."""
+    committed state, and records new ones. Needs the run's hold on the location (one writer)."""
     where = records_prefix(operator)
     latest = CommitLog(storage).latest()
     records = read_records(storage, operator)
@@ -63,17 +66,17 @@ def settle(storage: RemoteFiles, operator: str, declared: Declarations) -> Schem
         newest = max(records) if records else None
         if newest is not None and records[newest].base is None and \
                 records[newest].same_declarations(declared):
-            return chain_of(records, newest, where)
+            return chain_of(records, newest, operator)
         return _record(storage, operator, records, SchemaRecord(
             _next_id(records), None, declared, int(time.time() * 1000)))
-    history = chain_of(records, committed, where)
+    history = chain_of(records, committed, operator)
     check_against_history(history, declared, where)
     if records[committed].same_declarations(declared):
         return history
     newest = max(records)
     if newest != committed and records[newest].base == committed and \
             records[newest].same_declarations(declared):
-        return chain_of(records, newest, where)  # recorded by a start that did not commit
+        return chain_of(records, newest, operator)  # recorded by a start that did not commit
     return _record(storage, operator, records, SchemaRecord(
         _next_id(records), committed, declared, int(time.time() * 1000)))
 
@@ -84,7 +87,7 @@ def _next_id(records: Mapping[int, SchemaRecord]) -> int:
 
 def _record(storage: RemoteFiles, operator: str, records: Mapping[int, SchemaRecord],
             record: SchemaRecord) -> SchemaHistory:
-    path = f"{records_prefix(operator)}{record.schema_id}.json"
+    path = record_path(operator, record.schema_id)
     try:
         storage.loop.run(storage.aput(path, encode_record(record)))
     except UploadFailedError as exc:
@@ -98,14 +101,13 @@ def _record(storage: RemoteFiles, operator: str, records: Mapping[int, SchemaRec
         raise StateSchemaError(f"state schema record {path!r}: cannot write it: "
                                f"{exc}") from exc
     kill_point("schema_record_after")
-    return chain_of({**records, record.schema_id: record}, record.schema_id,
-                    records_prefix(operator))
+    return chain_of({**records, record.schema_id: record}, record.schema_id, operator)
 
 
 # ---- the operator's side ---------------------------------------------------------------------
 
 
-def settle_operator(operator: Any) -> SchemaHistory | None:
+def settle_operator(operator: StatefulOperator) -> SchemaHistory | None:
     """Settle the schemas of the operator's processor, if it declares any (a PySpark
     processor), and hand the history to it for its tasks."""
     processor = operator.spec.processor
@@ -116,11 +118,11 @@ def settle_operator(operator: Any) -> SchemaHistory | None:
 
     fencing.hold(operator).check("settle the state schemas")
     history = settle(operator._storage(), operator.spec.name, declared)
-    processor.history = history
+    cast(Any, processor).history = history  # a PySpark processor's adapter keeps it
     return history
 
 
-def ensure_settled(operator: Any) -> None:
+def ensure_settled(operator: StatefulOperator) -> None:
     """Before a batch of an operator run without `start()` (run_batch, a Connect server's
     foreachBatch): settle once."""
     processor = operator.spec.processor
@@ -129,7 +131,7 @@ def ensure_settled(operator: Any) -> None:
         settle_operator(operator)
 
 
-def commit_extra(operator: Any) -> dict[str, Any]:
+def commit_extra(operator: StatefulOperator) -> dict[str, Any]:
     """What a commit entry records: the schema id its batch wrote with."""
     history = getattr(operator.spec.processor, "history", None)
     if not isinstance(history, SchemaHistory):

@@ -6,7 +6,9 @@ Spark writes its logs as text files: `offsets/<batchId>` is a version line ("v1"
 line of metadata (`batchWatermarkMs`, `batchTimestampMs`, `conf`) and one line per source (its
 offset as JSON, "-" for none); `commits/<batchId>` is a version line and one JSON line
 (`nextBatchWatermarkMs`). A batch is complete once both exist. Hadoop's local file system puts a
-`.<name>.crc` checksum beside every file; Spark reads a file without one just as well.
+`.<name>.crc` checksum beside every file; Spark reads a file without one just as well. An offset
+log entry past the last commit whose first line is a move marker (driver/ownership.py) is not a
+batch: it is skipped here and never copied.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from pyspark_dstl.spark.spark_errors import DstlSparkError
+from pyspark_dstl.spark.driver.ownership import MARKER_PREFIX
+from pyspark_dstl.spark.spark_errors import MoveError
 
 OFFSETS = "offsets"
 COMMITS = "commits"
@@ -29,7 +32,7 @@ METADATA = "metadata"
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 
 
-class ImportStateError(DstlSparkError):
+class ImportStateError(MoveError):
     """Root of the errors of import-state; the first line names the culprit and the fix."""
 
 
@@ -71,6 +74,14 @@ def _batch_ids(directory: Path) -> list[int]:
     if not directory.is_dir():
         return []
     return sorted(int(name) for name in os.listdir(directory) if name.isdigit())
+
+
+def _is_marker(path: Path) -> bool:
+    try:
+        with path.open("rb") as file:
+            return file.read(len(MARKER_PREFIX)) == MARKER_PREFIX.encode()
+    except OSError:
+        return False
 
 
 def _log_lines(path: Path) -> list[str]:
@@ -141,7 +152,7 @@ class SparkCheckpoint:
         """The last batch, which must be committed: a query stopped between its offset log
         entry and its commit would run that batch again, with state this import cannot
         see."""
-        offsets = _batch_ids(self.root / OFFSETS)
+        offsets = self.batches()
         commits = set(_batch_ids(self.root / COMMITS))
         if not offsets:
             raise IncompleteSparkCheckpointError(
@@ -154,6 +165,13 @@ class SparkCheckpoint:
                 f"{COMMITS}/, so the query did not stop after a complete batch (or still "
                 f"runs): restart it on PySpark until it commits, stop it, then import")
         return self.batch(last)
+
+    def batches(self) -> list[int]:
+        """The offset log's batches, move markers (past the last commit) left out."""
+        offsets = _batch_ids(self.root / OFFSETS)
+        committed = max(_batch_ids(self.root / COMMITS), default=-1)
+        return [b for b in offsets
+                if b <= committed or not _is_marker(self.root / OFFSETS / str(b))]
 
     def batch(self, batch_id: int) -> BatchLogs:
         offsets_path = self.root / OFFSETS / str(batch_id)
@@ -201,6 +219,8 @@ def copy_engine_logs(source: SparkCheckpoint, target: Path,
         elif path.is_dir():
             for file in sorted(p for p in path.rglob("*") if p.is_file()):
                 relative = file.relative_to(source.root)
+                if name == OFFSETS and _is_marker(file):
+                    continue  # a move marker is not Spark's entry: the query here has none
                 destination = staging / relative
                 destination.parent.mkdir(parents=True, exist_ok=True)
                 if name == OFFSETS and extra_source_offsets:

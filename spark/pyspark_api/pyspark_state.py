@@ -26,12 +26,9 @@ from pyspark.sql.streaming.stateful_processor import (
     ValueState as PySparkValueState,
 )
 
+from pyspark_dstl.backend.lineage.schema_records import SchemaHistory, StateDeclaration
 from pyspark_dstl.spark.codec.evolution import VersionedRowCodec
-from pyspark_dstl.spark.codec.schema_history import (
-    SchemaHistory,
-    StateDeclaration,
-    canonical_schema,
-)
+from pyspark_dstl.spark.codec.schema_history import canonical_schema, value_schemas
 from pyspark_dstl.spark.codec.typed_values import RowCodec
 from pyspark_dstl.spark.processors.processor import StatefulProcessorHandle
 from pyspark_dstl.spark.processors.state_variables import ListState, MapState, ValueState
@@ -297,7 +294,7 @@ class CompatHandle(PySparkHandle):
                 f"when the query started (schema id {self._history.current}); init() must "
                 f"declare the same state every time it runs")
         return VersionedRowCodec(struct, what, self._history.current,
-                                 self._history.value_schemas(name)), ttl
+                                 value_schemas(self._history, name)), ttl
 
     def getValueState(self, stateName: str, schema: Any,
                       ttlDurationMs: int | None = None) -> CompatValueState:

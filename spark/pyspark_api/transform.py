@@ -2,7 +2,7 @@
 
     stateful(df).group_by("k").transformWithStateInPandas(
         statefulProcessor=MyProcessor(), outputStructType="k string, n long",
-        outputMode="Update", timeMode="None", checkpoint=path)
+        outputMode="Update", timeMode="None", checkpoint_location=path)
 
 `plan_transform` checks the arguments on the driver (also what PySpark checks only inside the
 first batch: TTLs, state schemas, the time mode of TTL state) and wraps the processor in a
@@ -16,14 +16,14 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark_dstl.core.errors import ConfigError
-from pyspark_dstl.core.units import parse_size
-from pyspark_dstl.spark.codec.schema_history import (
+from pyspark_dstl.backend.lineage.schema_records import (
     Declarations,
     SchemaHistory,
     StateDeclaration,
-    canonical_schema,
 )
+from pyspark_dstl.core.errors import ConfigError
+from pyspark_dstl.core.units import parse_size
+from pyspark_dstl.spark.codec.schema_history import canonical_schema
 from pyspark_dstl.spark.keys.keyed_batch import KeyedBatch
 from pyspark_dstl.spark.processors.declarations import declaring_handle
 from pyspark_dstl.spark.processors.initial_state import InitialState
@@ -92,6 +92,7 @@ def plan_transform(df: Any, key_columns: Sequence[str], processor: Any, output_s
     schemas, variables = declared_schemas(processor, mode, entry)
     declarations = Declarations(_grouping_key_schema(df, key_columns), variables)
     adapter = PySparkProcessorAdapter(processor, shape, schemas, entry, declarations)
+    adapter.output_mode = "Append" if output_mode.strip().lower() == "append" else "Update"
     return CompatPlan(adapter, struct, mode, initial)
 
 
@@ -218,6 +219,7 @@ class PySparkProcessorAdapter(StatefulProcessor):
         self.shape = shape
         self.schemas = schemas
         self.entry = entry
+        self.output_mode = "Update"  # PySpark's outputMode argument (export-state repeats it)
         self.display_name = type(processor).__name__
         self.declarations = declarations
         # the checkpoint's state schemas, settled by the driver when the query starts

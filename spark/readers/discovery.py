@@ -15,11 +15,13 @@ import sys
 import warnings
 from pathlib import Path
 
+from pyspark_dstl.core.errors import DstlWarning
+
 PACKAGE = "pyspark_dstl"
 _checked = False
 
 
-class StaleInstallWarning(UserWarning):
+class StaleInstallWarning(DstlWarning):
     """PySpark's data source lookup does not find the pyspark_dstl this process runs."""
 
 

@@ -28,14 +28,14 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark_dstl.backend.backend_settings import BackendSettings
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
 from pyspark_dstl.backend.lineage.naming import split_store_id
+from pyspark_dstl.backend.lineage.schema_records import SchemaHistory, history_at
 from pyspark_dstl.backend.lineage.store_commit import StoreCommit
 from pyspark_dstl.backend.rescale.key_groups import key_groups_in
 from pyspark_dstl.backend.store.state_backend import StateBackend
 from pyspark_dstl.changelog.changelog_service import ChangelogService
 from pyspark_dstl.core.errors import ConfigError
 from pyspark_dstl.spark.codec.evolution import VersionedRowCodec
-from pyspark_dstl.spark.codec.schema_history import SchemaHistory
-from pyspark_dstl.spark.codec.schema_records import history_at
+from pyspark_dstl.spark.codec.schema_history import value_schemas, value_struct
 from pyspark_dstl.spark.codec.values import (
     Expiring,
     decode_key,
@@ -43,6 +43,7 @@ from pyspark_dstl.spark.codec.values import (
     iter_elements,
     split_map_key,
 )
+from pyspark_dstl.spark.pyspark_versions import register_data_source
 from pyspark_dstl.spark.query_settings import QUERY_PREFIX, DstlSettings
 from pyspark_dstl.spark.spark_errors import StateDecodingError
 from pyspark_dstl.spark.time.timers import BY_EXPIRY_CF, BY_KEY_CF, EXPIRY_WIDTH, expiry_of
@@ -161,8 +162,8 @@ def value_readers(history: SchemaHistory | None) -> dict[str, tuple[ValueReader,
         for name, declared in record.declarations.variables.items():
             if name in readers:
                 continue
-            codec = VersionedRowCodec(declared.value_struct(), name, record.schema_id,
-                                      history.value_schemas(name))
+            codec = VersionedRowCodec(value_struct(declared), name, record.schema_id,
+                                      value_schemas(history, name))
             readers[name] = (codec.current_fields, declared.value_schema)
     return readers
 
@@ -224,16 +225,17 @@ def _bytes_as_base64(value: Any) -> Any:
 
 def register_state_reader(spark: Any) -> None:
     """Make spark.read.format("dstl-state") available in this session."""
-    spark.dataSource.register(DstlStateDataSource)
+    register_data_source(spark, DstlStateDataSource)
 
 
-def read_state(spark: Any, checkpoint: str, batch_id: int | None = None,
-               operator: str = "stateful", conf: Mapping[str, Any] | None = None) -> Any:
-    """The state DataFrame, with the session's spark.dstl.* settings (plus `conf`) applied."""
+def read_state(spark: Any, checkpoint_location: str, batch_id: int | None = None,
+               operator: str = "stateful", settings: Mapping[str, Any] | None = None) -> Any:
+    """The state DataFrame, with the session's spark.dstl.* settings (plus `settings`)
+    applied."""
     register_state_reader(spark)
-    settings = DstlSettings.from_session(spark, conf).settings
+    resolved = DstlSettings.from_session(spark, settings).settings
     reader = (spark.read.format(SOURCE_NAME).option("operatorName", operator)
-              .option(SETTINGS_OPTION, json.dumps(dict(settings))))
+              .option(SETTINGS_OPTION, json.dumps(dict(resolved))))
     if batch_id is not None:
         reader = reader.option("batchId", str(batch_id))
-    return reader.load(checkpoint)
+    return reader.load(checkpoint_location)

@@ -68,13 +68,18 @@ def task_error_text(message: str) -> str | None:
 
 
 @contextlib.contextmanager
-def stage_errors() -> Iterator[None]:
-    """Around the action that runs the stateful stage: a task's StatefulTaskError comes out
-    as itself, not wrapped in Spark's exception."""
+def stage_errors(query_stopped: bool = False) -> Iterator[None]:
+    """Around the action that runs the stateful stage (or waits on the query running it): a
+    task's StatefulTaskError comes out as itself, not wrapped in Spark's exception; with
+    `query_stopped`, a note says the query stopped and where Spark's full report is."""
     try:
         yield
     except Exception as exc:
         text = task_error_text(str(exc))
         if text is None:
             raise
-        raise StatefulTaskError(text) from None
+        error = StatefulTaskError(text)
+        if query_stopped:
+            error.add_note(f"the streaming query stopped: {type(exc).__name__} "
+                           f"(StatefulQuery.query.exception() has Spark's full report)")
+        raise error from None

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from pyspark_dstl.backend.backend_settings import BackendSettings
 from pyspark_dstl.backend.lineage.naming import make_store_id, split_store_id
-from pyspark_dstl.backend.local.dirs import root_dir
+from pyspark_dstl.backend.local.dirs import location_dir
 from pyspark_dstl.backend.store.api import StateStoreProvider
 from pyspark_dstl.backend.store.provider import STORES_DIR
 from pyspark_dstl.backend.store.state_backend import StateBackend
@@ -77,7 +77,7 @@ class OpenStores:
             requested = entry is None  # a new entry: another process may hold the store
             if entry is None:
                 entry = _Entry(backend, url, operator, partition,
-                               _request_path(backend.options, url, store_id))
+                               _request_path(backend.settings, url, store_id))
                 self._entries[key] = entry
             if entry.busy:
                 raise DstlSparkError(f"store {store_id!r} is already in use in this process")
@@ -149,7 +149,7 @@ class OpenStores:
 
 def _request_path(options: BackendSettings, url: str, store_id: str) -> str:
     operator, partition = split_store_id(store_id)
-    return os.path.join(root_dir(options.local_dir, url), STORES_DIR, operator, str(partition),
+    return os.path.join(location_dir(options.local_dir, url), STORES_DIR, operator, str(partition),
                         REQUEST_NAME)
 
 

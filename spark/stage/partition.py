@@ -46,7 +46,7 @@ PARTITION_COLUMN = "__dstl_partition"
 class TaskPlan:
     """Everything a task needs, as plain data (it travels inside the task closure)."""
 
-    checkpoint: str
+    location: str  # the checkpoint location's URL
     operator: str
     num_partitions: int
     batch_id: int
@@ -184,7 +184,7 @@ def _process_and_commit(plan: TaskPlan, processor: AnyProcessor, partition: int,
     """Load the store at the committed checkpoint, run the processor, commit the store."""
     base = plan.bases.get(partition)
     base_info = StoreCommit.from_dict(base) if base is not None else None
-    with executor_stores().provider(plan.settings, plan.checkpoint, plan.operator,
+    with executor_stores().provider(plan.settings, plan.location, plan.operator,
                                 partition) as provider:
         store = (provider.get_store(base_info.version, base_info) if base_info is not None
                  else provider.get_store(0))
@@ -203,7 +203,7 @@ def _process_and_commit(plan: TaskPlan, processor: AnyProcessor, partition: int,
         clock.mark("committed")
         metrics = dict(store.metrics())
         uploads = upload_delta(executor_stores().backend(plan.settings)
-                               .context(plan.checkpoint).storage)
+                               .context(plan.location).storage)
     return _Run(info, result.output, result.keys, result.timers_fired, result.next_timer_ms,
                 metrics, uploads)
 
@@ -217,7 +217,7 @@ def _write_output(plan: TaskPlan, processor: AnyProcessor, partition: int,
     if run.output.nbytes <= plan.inline_bytes:
         return inline_part(partition, run.output)
     try:
-        return write_part(output_storage(plan.checkpoint, plan.settings),
+        return write_part(output_storage(plan.location, plan.settings),
                           part_path(plan.operator, plan.batch_id, partition,
                                     run.info.unique_id), partition, run.output)
     except BaseException as exc:

@@ -16,6 +16,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from pyspark_dstl.spark.pyspark_versions import FILE_STREAM_SINK_CLASSES, java_class
 from pyspark_dstl.spark.session import is_connect
 from pyspark_dstl.spark.spark_errors import DropInUsageError
 
@@ -26,7 +27,6 @@ MEMORY = "memory"
 FOREACH_BATCH = "foreachBatch"
 FOREACH = "foreach"
 CONNECT_WORKER_URL = "SPARK_CONNECT_LOCAL_URL"  # set by Spark in Connect's foreachBatch worker
-SPARK_FILE_SINK = "org.apache.spark.sql.execution.streaming.sinks.FileStreamSink"
 
 
 def console_sink(options: Mapping[str, str]) -> Sink:
@@ -140,9 +140,7 @@ class FileSink:
         options = jvm.java.util.HashMap()
         for key, value in self.options.items():
             options.put(key, str(value))
-        sink_class = jvm
-        for part in SPARK_FILE_SINK.split("."):
-            sink_class = getattr(sink_class, part)
+        sink_class = java_class(jvm, FILE_STREAM_SINK_CLASSES)
         path = jvm.org.apache.hadoop.fs.Path(self.path)  # qualified, as Spark's writer does
         qualified = path.getFileSystem(session.sessionState().newHadoopConf()).makeQualified(path)
         return sink_class(session, qualified.toString(), source, helpers.toSeq(columns),

@@ -1,9 +1,11 @@
 """`StatefulStreamWriter`: PySpark's DataStreamWriter surface for a StatefulDataFrame.
 
-`checkpointLocation` is the checkpoint: this backend's state lives at it and Spark's own engine
-checkpoint (offsets, commits) under `<checkpointLocation>/engine`. Without it the writer does
-what Spark does for the sink: a temporary checkpoint (console, memory, foreach, foreachBatch,
-noop) or Spark's error (every other sink). `start()` returns the StreamingQuery.
+`checkpointLocation` is the checkpoint location: this backend's state lives at it and Spark's own
+engine checkpoint (offsets, commits) under `<checkpointLocation>/engine`, or where
+spark.dstl.query.engineCheckpointLocation says (which a location on S3 needs). Without a
+checkpoint location the writer does what Spark does for the sink: a temporary checkpoint
+(console, memory, foreach, foreachBatch, noop) or Spark's error (every other sink). `start()`
+returns the StreamingQuery.
 """
 
 from __future__ import annotations
@@ -12,10 +14,15 @@ import os
 import tempfile
 import uuid
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from pyspark_dstl.spark.locations import default_engine_checkpoint, to_url
+from pyspark_dstl.spark.query_settings import DstlSettings
 from pyspark_dstl.spark.session import is_connect
 from pyspark_dstl.spark.spark_errors import DropInUsageError
+
+if TYPE_CHECKING:
+    from pyspark_dstl.spark.builder.stateful_stream import StatefulStream
 from pyspark_dstl.spark.switch.sinks import (
     CONSOLE,
     FILE_FORMATS,
@@ -168,8 +175,8 @@ class StatefulStreamWriter:
         if path is not None:
             self._options["path"] = str(path)
         kind = self._format or str(self._frame.sparkSession.conf.get("spark.sql.sources.default"))
-        sink = self._sink(kind)
-        return self._start(kind, sink)
+        checkpoints = self._checkpoints(kind)  # refused before a sink makes anything
+        return self._start(checkpoints, self._sink(kind))
 
     def toTable(self, tableName: str, format: str | None = None,
                 outputMode: str | None = None, partitionBy: Any = None,
@@ -177,11 +184,11 @@ class StatefulStreamWriter:
         """Start the query writing into a catalog table (created if it does not exist)."""
         self._apply_start_arguments(format, outputMode, partitionBy, queryName, options)
         kind = f"table {tableName}"
-        self._checkpoints(kind)  # a missing checkpoint fails before the table is created
+        checkpoints = self._checkpoints(kind)  # refused before the table is created
         spark = self._frame.sparkSession
         sink = table_sink(spark, tableName, self._format, self._frame.schema,
                           self._partition_by, self._sink_options())
-        return self._start(kind, sink)
+        return self._start(checkpoints, sink)
 
     # --- building the query ----------------------------------------------------------------
 
@@ -234,10 +241,10 @@ class StatefulStreamWriter:
             return FileSink(path, kind.lower(), self._partition_by, self._sink_options())
         return batch_writer_sink(kind, path, self._partition_by, self._sink_options())
 
-    def _start(self, kind: str, sink: Sink) -> Any:
+    def _start(self, checkpoints: tuple[str, str], sink: Sink) -> Any:
         from pyspark_dstl.spark.builder.stateful_stream import GroupedStateful
 
-        checkpoint, engine = self._checkpoints(kind)
+        checkpoint, engine = checkpoints
         call, plan, frame = self._frame.stateful_call, self._frame.compat_plan, self._frame
         # the session's shuffle partitions at start: another count than the checkpoint's
         # rescales its state (inside foreachBatch Spark shows the engine checkpoint's count)
@@ -246,17 +253,24 @@ class StatefulStreamWriter:
         shuffle = (None if _session_conf(session, QUERY_PARTITIONS)
                    else _session_conf(session, SHUFFLE_PARTITIONS))
         stream = GroupedStateful(call.source, call.key_columns).process(
-            plan.processor, plan.output_schema, checkpoint=checkpoint, time_mode=plan.time_mode,
+            plan.processor, plan.output_schema, checkpoint_location=checkpoint,
+            time_mode=plan.time_mode,
             initial_state=plan.initial_state, partitions=int(shuffle) if shuffle else None)
+        stream.check_trigger(self._trigger or None)  # before the location is touched
 
         def write(output: Any, batch_id: int) -> None:
             sink(frame.apply_steps(output), batch_id)
+
+        _settle_location(stream, engine)
 
         return stream.foreach_batch(write).start(
             trigger=self._trigger or None, engine_checkpoint=engine, query_name=self._name)
 
     def _checkpoints(self, kind: str) -> tuple[str, str]:
-        """(this backend's checkpoint, Spark's engine checkpoint) for the query."""
+        """(this backend's checkpoint, Spark's engine checkpoint) for the query: the engine
+        checkpoint is spark.dstl.query.engineCheckpointLocation when the session sets it, else
+        `<location>/engine` for a local location; any other location without the setting is
+        refused, naming it (Spark writes through Hadoop, which has no s3:// file system)."""
         spark = self._frame.sparkSession
         location = self._options.get("checkpointLocation")
         if location is None:
@@ -269,14 +283,28 @@ class StatefulStreamWriter:
                 raise DropInUsageError(
                     f"checkpointLocation: the {kind} sink needs a checkpoint location; set "
                     f"option('checkpointLocation', ...) or the session's {SESSION_CHECKPOINT}")
-        engine = location.rstrip("/") + "/engine"
         state = location
         for scheme in HADOOP_S3_SCHEMES:
             if location.startswith(scheme):
                 state = "s3://" + location[len(scheme):]
-        if "://" not in location:
+        engine = DstlSettings.from_session(spark).query.engine_checkpoint_location
+        if engine is None and "://" not in location:
             engine = os.path.join(os.path.abspath(os.path.expanduser(location)), "engine")
+        elif engine is None:
+            engine = default_engine_checkpoint(to_url(location))
         return state, engine
+
+
+def _settle_location(stream: StatefulStream, engine: str) -> None:
+    """spark.dstl.query.sparkCheckpoint=migrate: Spark's own checkpoint at the location (or an
+    interrupted move of it) is moved in place before the query starts (moves/in_place.py);
+    any other location the query does not own is refused by the start's own check."""
+    from pyspark_dstl.spark.moves.importer import TICK_OFFSET
+    from pyspark_dstl.spark.moves.in_place import MoveSetup, settle_at_start
+
+    setup = MoveSetup(stream.operator.location, engine, stream.operator.settings,
+                      (TICK_OFFSET,) if stream.uses_ticks() else ())
+    settle_at_start(stream._df.sparkSession, stream.pyspark_processor(), setup)
 
 
 def _session_conf(spark: Any, key: str) -> str | None:

@@ -22,11 +22,17 @@ import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
+
+from pyspark_dstl.spark.pyspark_versions import available_now_mixin, register_data_source
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow as AvailableNowMixin
+else:  # PySpark 4.2+; before, Spark neither has nor asks for it (pyspark_versions.py)
+    AvailableNowMixin = available_now_mixin()
 
 SOURCE_NAME = "dstl-ticks"
 DEMAND_OPTION = "demandFile"
@@ -66,11 +72,11 @@ class TickDemand:
         return self.next_timer_ms <= limit
 
 
-def default_demand_file(checkpoint: str, operator: str) -> str:
-    """A local file per (checkpoint, operator), outside the checkpoint (it is a hint only)."""
+def default_demand_file(location: str, operator: str) -> str:
+    """A local file per (checkpoint location, operator), outside it (it is a hint only)."""
     import hashlib
 
-    digest = hashlib.sha256(f"{checkpoint}\0{operator}".encode()).hexdigest()[:24]
+    digest = hashlib.sha256(f"{location}\0{operator}".encode()).hexdigest()[:24]
     return os.path.join(tempfile.gettempdir(), "pyspark-dstl", "ticks", f"{digest}.json")
 
 
@@ -109,17 +115,22 @@ class TickDataSource(DataSource):
         return TickReader(self.options[DEMAND_OPTION])
 
 
-class TickReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class TickReader(DataSourceStreamReader, AvailableNowMixin):
     """Offsets are {"tick": n}: n is the batch the last tick asked for."""
 
     def __init__(self, demand_file: str) -> None:
         self._demand_file = demand_file
         self._due_by_ms: int | None = None
+        # the offset Spark last planned or committed: PySpark before 4.2 calls latestOffset()
+        # without the start offset (after a restart the last one comes as partitions(o, o))
+        self._seen: dict = {"tick": NO_TICK}
 
     def initialOffset(self) -> dict:
         return {"tick": NO_TICK}
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
+        if start is None:
+            start = self._seen
         demand = read_demand(self._demand_file)
         if demand is None:
             return start
@@ -135,18 +146,19 @@ class TickReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._due_by_ms = int(time.time() * 1000)
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        self._seen = end
         return [InputPartition(0)]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         return iter(())
 
     def commit(self, end: dict) -> None:
-        pass
+        self._seen = end
 
 
 def tick_stream(spark: Any, input_schema: Any, demand_file: str) -> Any:
     """The tick source as a streaming DataFrame with the input's schema."""
-    spark.dataSource.register(TickDataSource)
+    register_data_source(spark, TickDataSource)
     return (spark.readStream.format(SOURCE_NAME)
             .option(DEMAND_OPTION, demand_file)
             .option(SCHEMA_OPTION, input_schema.json())

@@ -18,7 +18,7 @@ import pytest
 
 from pyspark_dstl.backend.backend_settings import BackendSettings
 from pyspark_dstl.backend.lineage.store_commit import StoreCommit
-from pyspark_dstl.backend.local.dirs import root_dir
+from pyspark_dstl.backend.local.dirs import location_dir
 from pyspark_dstl.backend.local.release_marker import MARKER_NAME, write_marker
 from pyspark_dstl.backend.store.provider import STORES_DIR
 from pyspark_dstl.backend.store.state_backend import StateBackend
@@ -52,7 +52,7 @@ def host_dir(env: BackendEnv) -> str:
 
 
 def store_dir_of(env: BackendEnv) -> Path:
-    return Path(root_dir(host_dir(env), env.url)) / STORES_DIR / OPERATOR / "0"
+    return Path(location_dir(host_dir(env), env.url)) / STORES_DIR / OPERATOR / "0"
 
 
 def markers(env: BackendEnv) -> list[Path]:
@@ -89,7 +89,8 @@ def test_release_flushes_and_marks_the_directory_with_the_committed_info(
     infos = released_at_v2(env, {})
     [marker] = markers(env)
     recorded = json.loads(marker.read_text())
-    assert recorded["format_version"] == 1 and len(recorded["sha256"]) == 64
+    assert recorded["magic"] == "DSTL-RELEASED" and recorded["format_version"] == 2
+    assert recorded["checksum"].startswith("sha256:")
     assert StoreCommit.from_dict(recorded["info"]) == infos[-1]
 
 

@@ -15,7 +15,7 @@ from pyspark_dstl.backend.backend_errors import (
     StoreIdError,
     StoreLockedError,
 )
-from pyspark_dstl.backend.local.dirs import LOCK_NAME, root_dir
+from pyspark_dstl.backend.local.dirs import LOCK_NAME, location_dir
 from pyspark_dstl.backend.store.provider import STORES_DIR
 from tests.support import S3Env
 from tests.support.backend import (
@@ -265,7 +265,7 @@ def test_providers_read_each_others_checkpoints(tmp_path: Path, writer: str,
 
 def test_a_store_locked_by_another_process_is_not_opened(env: BackendEnv) -> None:  # noqa: F811
     local_dir = str(Path(env.local_dir) / "shared-host")
-    store_dir = Path(root_dir(local_dir, env.url)) / STORES_DIR / OPERATOR / "0"
+    store_dir = Path(location_dir(local_dir, env.url)) / STORES_DIR / OPERATOR / "0"
     store_dir.mkdir(parents=True)
     holder = textwrap.dedent(f"""
         import fcntl, sys, time

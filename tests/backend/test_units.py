@@ -159,7 +159,7 @@ def test_providers_load_by_class_path() -> None:
 
 
 @pytest.mark.parametrize("path,why", [
-    ("RocksDB", "not a 'module.Class' path"),
+    ("RocksDB", "not a 'module.Class' or 'module:Class' path"),
     ("backend.no_such_module.Provider", "cannot import module"),
     ("pyspark_dstl.backend.store.rocksdb_provider.NoSuchClass", "has no 'NoSuchClass'"),
     ("pyspark_dstl.backend.backend_errors.BackendError", "not a StateStoreProvider subclass"),
@@ -215,10 +215,10 @@ def test_a_replay_that_stops_early_is_a_lineage_error() -> None:
 def test_no_database_is_opened_before_the_first_load(env: BackendEnv) -> None:  # noqa: F811
     backend = env.backend()
     env.provider(backend)
-    local_files = [f for _, _, files in os.walk(backend.options.local_dir) for f in files]
+    local_files = [f for _, _, files in os.walk(backend.settings.local_dir) for f in files]
     assert local_files == []
     env.provider(backend).get_store(0)
-    assert any(name == "CURRENT" for _, _, files in os.walk(backend.options.local_dir)
+    assert any(name == "CURRENT" for _, _, files in os.walk(backend.settings.local_dir)
                for name in files)
 
 

@@ -66,7 +66,7 @@ def test_an_unadopted_snapshot_whose_files_are_gone_is_listed_apart_not_a_proble
     assert [line for line in report.uncommitted if manifest in line] == [
         f"store {abandoned.store_id}: snapshot {manifest}: no commit adopted it and "
         f"{len(gone)} file(s) it names are gone (e.g. {gone[0]}): an upload abandoned by a "
-        f"run that lost the root or died; the next cleanup removes it"]
+        f"run that lost the location or died; the next cleanup removes it"]
 
 
 def test_the_next_cleanup_past_its_version_removes_an_abandoned_snapshot(

@@ -29,10 +29,12 @@ TINY = {
     "write_path": ["--keys", "2000", "--rounds", "2"],
     "recovery": ["--keys", "400", "--rounds", "1"],
     "space": ["--keys", "400", "--batches", "12"],
+    "worker_memory": ["--keys", "2000", "--stores", "1,2", "--batches", "2"],
     "spark_e2e": ["--shape", "1e6", "--modes", "a2,b,c,s,d,e", "--files", "2"],
     "spark_timers": ["--modes", "vectorized,tws", "--keys", "400", "--fire-batches", "2"],
     "spark_output": ["--files", "1", "--rows-per-file", "500"],
     "rescale": ["--keys", "2000", "--rounds", "1"],
+    "change_feed": ["--keys", "500", "--files", "2", "--rows", "600"],
 }
 RESULTS = {"spark_e2e": "spark_e2e_1e6"}  # scripts whose results file is named after the shape
 SCRIPT_TIMEOUT = 240
@@ -167,6 +169,15 @@ def test_space_measures_storage_after_every_batch_for_each_retention(runs: Runs)
     assert (out / "space.png").stat().st_size > 0
 
 
+def test_worker_memory_measures_each_store_count_in_a_process_of_its_own(runs: Runs) -> None:
+    result, _ = runs.result("worker_memory")
+    samples = result["samples"]
+    assert [r["stores"] for r in samples] == [1, 2]
+    for run in samples:
+        assert 0 < run["baseline"] < run["loaded"] <= run["peak"]
+        assert run["steady"] <= run["peak"]
+
+
 @pytest.mark.spark
 def test_spark_end_to_end_variants_agree_batch_by_batch(runs: Runs) -> None:
     result, _ = runs.result("spark_e2e")
@@ -229,3 +240,14 @@ def test_latency_model_is_reproducible_and_has_the_configured_tail() -> None:
     slow = sum(1 for d in draws if d > 0.2)  # ten times a typical 30 ms: only the tail
     assert 0.015 < slow / len(draws) < 0.025
     assert min(draws) > 1_000_000 / 100e6  # the body's transfer time is always paid
+
+
+def test_change_feed_reads_both_engines_feeds_and_times_the_stream(runs: Runs) -> None:
+    result, _ = runs.result("change_feed")
+    cost = result["cost"]
+    for read in ("change feed", "state"):
+        spark_rows, ours_rows = cost["pyspark"][read][1], cost["dropin"][read][1]
+        assert spark_rows == ours_rows > 0  # one write per key and batch: the same rows
+    lag = result["lag"]
+    assert len(lag["final"]) == len(lag["committed"]) == 3  # every batch of the stream
+    assert all(seconds >= 0 for seconds in lag["final"])

@@ -503,7 +503,7 @@ def test_cache_drops_an_entry_of_the_wrong_size(tmp_path: Path) -> None:
 
 
 def test_cache_is_off_without_a_cache_dir(tmp_path: Path) -> None:
-    assert SegmentCache.from_options(options()) is None
-    cache = SegmentCache.from_options(options(cache_dir=str(tmp_path), cache_max_bytes=4096))
+    assert SegmentCache.from_settings(options()) is None
+    cache = SegmentCache.from_settings(options(cache_dir=str(tmp_path), cache_max_bytes=4096))
     assert cache is not None
     assert (cache.directory, cache.max_bytes) == (str(tmp_path), 4096)

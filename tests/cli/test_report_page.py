@@ -35,9 +35,9 @@ def checkpoint(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("report")
     write_batches(root / "in", make_batches(4, rows=80, keys=20, seed=31))
     stream = (stateful(file_stream(spark, root / "in")).group_by("user")
-              .process(CountProcessor(), COUNT_SCHEMA, checkpoint=str(root / "ckpt"),
-                       partitions=2, conf={"materialization.everyNCommits": "1",
-                             "materialization.interval": "off"}))
+              .process(CountProcessor(), COUNT_SCHEMA, checkpoint_location=str(root / "ckpt"),
+                       partitions=2, settings={"materialization.everyNCommits": "1",
+                                               "materialization.interval": "off"}))
     query = stream.start(trigger={"availableNow": True})
     query.awaitTermination()
     assert query.exception() is None

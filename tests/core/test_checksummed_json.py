@@ -67,3 +67,18 @@ def test_a_kind_reads_every_version_from_its_first_and_writes_the_one_asked() ->
         KIND.decode(spanning.encode({"a": 1}), "x/1")
     with pytest.raises(ValueError, match="format version 2 is not one of"):
         spanning.encode({"a": 1}, version=2)
+
+
+def test_a_body_of_the_wrong_shape_is_malformed_by_path() -> None:
+    data = KIND.encode({"a": "one"})
+    with pytest.raises(BadRecord, match=r"^test record 'x/1' is malformed: KeyError: 'b'"):
+        KIND.decode_as(data, "x/1", lambda magic, body: (magic, int(body["b"])))
+    assert KIND.decode_as(KIND.encode({"b": 2}), "x/1", lambda m, body: body["b"]) == 2
+
+
+def test_a_records_own_refusal_passes_through_unwrapped() -> None:
+    def refuse(magic: str, body: dict[str, object]) -> None:
+        raise BadRecord("test record 'x/1' describes another record")
+
+    with pytest.raises(BadRecord, match=r"^test record 'x/1' describes another record$"):
+        KIND.decode_as(KIND.encode({"a": 1}), "x/1", refuse)

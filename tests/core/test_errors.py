@@ -37,20 +37,51 @@ def test_every_error_the_facade_exports_derives_from_the_one_root() -> None:
                                                                          KillPointError])
 
 
-def test_every_error_class_the_library_defines_is_exported_from_the_facade() -> None:
+def defined_exception_classes() -> dict[str, type[BaseException]]:
+    """Qualified name -> class of every exception (warnings included) a module of the
+    package defines, private ones too."""
     import importlib
     import inspect
     import pkgutil
 
     import pyspark_dstl
 
-    defined = set()
+    defined: dict[str, type[BaseException]] = {}
     for module_info in pkgutil.walk_packages(pyspark_dstl.__path__, "pyspark_dstl."):
         if module_info.name.endswith((".__main__", ".cli")):
             continue  # entry points (importing __main__ runs the tool); they define no error
         module = importlib.import_module(module_info.name)
-        defined |= {name for name, value in vars(module).items()
-                    if inspect.isclass(value) and issubclass(value, pyspark_dstl.DstlError)
-                    and value.__module__ == module.__name__}
-    assert len(defined) >= 60
-    assert sorted(name for name in defined if not hasattr(pyspark_dstl, name)) == []
+        defined.update({f"{module.__name__}.{name}": value
+                        for name, value in vars(module).items()
+                        if inspect.isclass(value) and issubclass(value, BaseException)
+                        and value.__module__ == module.__name__})
+    return defined
+
+
+def test_every_exception_class_the_library_defines_derives_from_dstl_error() -> None:
+    from pyspark_dstl import DstlError
+
+    errors = {name: cls for name, cls in defined_exception_classes().items()
+              if not issubclass(cls, Warning)}
+    assert len(errors) >= 60
+    assert sorted(name for name, cls in errors.items() if not issubclass(cls, DstlError)) == []
+
+
+def test_every_warning_class_the_library_defines_derives_from_dstl_warning() -> None:
+    from pyspark_dstl import DstlWarning
+
+    warnings = {name: cls for name, cls in defined_exception_classes().items()
+                if issubclass(cls, Warning)}
+    assert {name.rpartition(".")[2] for name in warnings} >= {"NonAtomicStorageWarning",
+                                                              "StaleInstallWarning"}
+    assert sorted(name for name, cls in warnings.items()
+                  if not issubclass(cls, DstlWarning)) == []
+    assert issubclass(DstlWarning, UserWarning)
+
+
+def test_every_public_error_and_warning_class_is_exported_from_the_facade() -> None:
+    import pyspark_dstl
+
+    public = {name.rpartition(".")[2] for name in defined_exception_classes()
+              if not name.rpartition(".")[2].startswith("_")}
+    assert sorted(name for name in public if not hasattr(pyspark_dstl, name)) == []

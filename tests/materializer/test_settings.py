@@ -6,7 +6,7 @@ import pytest
 
 from pyspark_dstl.core.errors import ConfigError
 from pyspark_dstl.materializer import MaterializerSettings
-from pyspark_dstl.materializer.materializer_settings import MATERIALIZER_CONF_KEYS
+from pyspark_dstl.materializer.materializer_settings import MATERIALIZER_SETTING_KEYS
 
 PREFIX = "spark.dstl.materialization."
 
@@ -43,7 +43,7 @@ def test_from_conf_parses_durations_sizes_and_counts() -> None:
 @pytest.mark.parametrize("key", ["interval", "everyNCommits"])
 def test_from_conf_off_switches_a_trigger(key: str) -> None:
     options = MaterializerSettings.from_mapping({PREFIX + key: "off"})
-    field = {v: k for k, v in MATERIALIZER_CONF_KEYS.items()}[key]
+    field = {v: k for k, v in MATERIALIZER_SETTING_KEYS.items()}[key]
     assert getattr(options, field) is None
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from tests.support.paths import REPO_ROOT
 
-PAGES = sorted([REPO_ROOT / "README.md", REPO_ROOT / "CONTRIBUTING.md",
+PAGES = sorted([REPO_ROOT / "README.md", REPO_ROOT / "CONTRIBUTING.md", REPO_ROOT / "CHANGELOG.md",
                 *(REPO_ROOT / "docs").glob("*.md")])
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^(```|~~~)")

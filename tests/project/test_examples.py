@@ -33,6 +33,7 @@ def main_job(tmp_path_factory: pytest.TempPathFactory) -> MainJobRun:
     return tmp_path, run_example("main_job.py", tmp_path, "--files", "4", "--events", "1000")
 
 
+@pytest.mark.version
 def test_main_job_closes_silent_sessions_and_its_self_checks_pass(
         main_job: MainJobRun) -> None:
     out = main_job[1].stdout
@@ -40,6 +41,7 @@ def test_main_job_closes_silent_sessions_and_its_self_checks_pass(
     assert len(checks) >= 3 and all(line.startswith("ok ") for line in checks), out[-2000:]
 
 
+@pytest.mark.version
 def test_main_job_keeps_its_table_readable_and_logs_json_lines_to_a_file(
         main_job: MainJobRun) -> None:
     tmp_path, done = main_job
@@ -53,6 +55,12 @@ def test_dedup_job_self_checks_pass(tmp_path: Path) -> None:
     out = run_example("dedup_job.py", tmp_path, "--files", "4", "--deliveries", "500").stdout
     checks = [line for line in out.splitlines() if line.startswith(("ok ", "MISMATCH"))]
     assert len(checks) >= 3 and all(line.startswith("ok ") for line in checks), out[-2000:]
+
+
+def test_state_mirror_equals_the_state_readers_view_after_every_batch(tmp_path: Path) -> None:
+    out = run_example("state_mirror.py", tmp_path, "--files", "3", "--events", "200").stdout
+    checks = [line for line in out.splitlines() if line.startswith(("ok ", "MISMATCH"))]
+    assert len(checks) == 3 and all(line.startswith("ok ") for line in checks), out[-2000:]
 
 
 def readme_query() -> str:

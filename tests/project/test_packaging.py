@@ -30,8 +30,17 @@ def test_every_package_folder_is_listed_under_the_import_root() -> None:
 
 
 def test_package_dir_maps_each_room_to_its_top_level_folder() -> None:
-    assert _setuptools()["package-dir"] == {"pyspark_dstl": "pyspark_dstl", **{
-        name: folder for folder, name in ROOTS.items()}}
+    assert _setuptools()["package-dir"] == {"": "data_sources", "pyspark_dstl": "pyspark_dstl",
+                                            **{name: folder for folder, name in ROOTS.items()}}
+
+
+def test_the_only_top_level_modules_are_the_data_source_entries_of_pyspark_dstl() -> None:
+    """PySpark's lookup registers one `DefaultSource` per top-level `pyspark_*` module: each
+    further source name needs a module of its own, and nothing else is installed there."""
+    modules = _setuptools()["py-modules"]
+    assert sorted(modules) == sorted(path.stem for path in
+                                     (REPO_ROOT / "data_sources").glob("*.py"))
+    assert all(name.startswith("pyspark_dstl_") for name in modules)
 
 
 def test_checkout_links_mirror_the_package_dir_mapping() -> None:

@@ -223,8 +223,8 @@ def decoder(kind: str) -> Callable[[bytes], Any]:
         from pyspark_dstl.backend.lineage.commit_entry import decode_record
         return lambda data: decode_record(data, "commits/0.0")
     if kind == "epoch":
-        from pyspark_dstl.backend.fencing.epochs import EPOCH_MAGIC, decode
-        return lambda data: decode(data, "epochs/1", EPOCH_MAGIC)
+        from pyspark_dstl.backend.fencing.epochs import decode_epoch
+        return lambda data: decode_epoch(data, "epochs/1")
     raise ValueError(f"unknown kind {kind!r}")
 
 

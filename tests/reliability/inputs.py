@@ -17,16 +17,16 @@ from pathlib import Path
 from typing import Any
 
 from pyspark_dstl.backend.backend_errors import BackendError, ProviderError, StoreIdError
-from pyspark_dstl.backend.backend_settings import BACKEND_CONF_KEYS as BACKEND_KEYS
+from pyspark_dstl.backend.backend_settings import BACKEND_SETTING_KEYS as BACKEND_KEYS
 from pyspark_dstl.backend.backend_settings import FENCING_KEYS, BackendSettings
 from pyspark_dstl.backend.store.state_backend import StateBackend
 from pyspark_dstl.changelog.changelog_errors import StorageError
 from pyspark_dstl.changelog.changelog_service import ChangelogService
-from pyspark_dstl.changelog.changelog_settings import CHANGELOG_CONF_KEYS as CHANGELOG_KEYS
+from pyspark_dstl.changelog.changelog_settings import CHANGELOG_SETTING_KEYS as CHANGELOG_KEYS
 from pyspark_dstl.changelog.storage.storage_settings import StorageSettings
 from pyspark_dstl.core.errors import ConfigError
 from pyspark_dstl.materializer.materializer_settings import (
-    MATERIALIZER_CONF_KEYS as MATERIALIZATION_KEYS,
+    MATERIALIZER_SETTING_KEYS as MATERIALIZATION_KEYS,
 )
 from pyspark_dstl.spark.codec.values import encode_value
 from pyspark_dstl.spark.spark_errors import StateEncodingError

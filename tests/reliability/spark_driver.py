@@ -100,7 +100,7 @@ def main(argv: Sequence[str]) -> int:
     spark.sparkContext.setLogLevel("ERROR")
     stream = (stateful(file_stream(spark, Path(inputs))).group_by("user")
               .process(ObservedCountProcessor(markers, hold), COUNT_SCHEMA,
-                       checkpoint=checkpoint, partitions=4)
+                       checkpoint_location=checkpoint, partitions=4)
               .on_progress(lambda p: print(f"committed batch {p.batch_id}", flush=True)))
     stream.start(trigger={"availableNow": True}).awaitTermination()
     spark.stop()

@@ -32,6 +32,7 @@ from tests.reliability.soak import leaked_temp_files, rescale_rounds, verify_roo
 from tests.reliability.workload import Workload
 from tests.support import FaultRule, S3Env
 from tests.support.backend import apply, s3_env, state_of
+from tests.support.move_job import MOVE_POINTS
 
 pytestmark = pytest.mark.slow
 
@@ -65,8 +66,10 @@ def test_a_kill_at_every_library_kill_point_is_survived(tmp_path: Path) -> None:
 
 def test_every_kill_point_is_reached_by_the_workload_the_rescale_rounds_or_its_own_test() -> None:
     # the workload declares no state schemas: the schema record's point has its own test
-    # (tests/spark/codec/test_schema_evolution.py)
-    assert set(POINTS) == set(POINT_COUNTS) | set(RESCALE_POINTS) | {"schema_record_after"}
+    # (tests/spark/codec/test_schema_evolution.py); the moves' points are killed in real
+    # Spark processes by tests/spark/moves/test_move_kills.py
+    assert set(POINTS) == (set(POINT_COUNTS) | set(RESCALE_POINTS) | {"schema_record_after"}
+                           | set(MOVE_POINTS))
 
 
 def test_a_kill_at_every_point_of_the_migration_leaves_one_whole_layout_and_a_rerun_finishes(

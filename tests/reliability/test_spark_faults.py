@@ -153,5 +153,5 @@ def test_executor_loss_inside_a_batch_and_inside_a_snapshot_upload_keeps_exact_s
     dropped = [r for r in s3.proxy.records("PUT", "/sst/") if r.fault and r.status is None]
     assert dropped, "the killed worker was uploading a snapshot: its held uploads died with it"
     assert sorted(set(driver.committed())) == list(range(BATCHES)), driver.tail()
-    assert stored_counts(spark, s3.url, conf=s3_conf(s3)) == count_model(frames)
+    assert stored_counts(spark, s3.url, settings=s3_conf(s3)) == count_model(frames)
     assert verify_root(s3.url, s3) == []

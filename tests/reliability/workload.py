@@ -94,7 +94,7 @@ class Workload:
         """Hold the root as this run (refused while another run holds it)."""
         if self._lease is None:
             storage = self.backend.context(self.url).storage
-            self._lease = acquire(storage, self.backend.options.fencing)
+            self._lease = acquire(storage, self.backend.settings.fencing)
             self.emit({"event": "holding", "run_id": self._lease.run_id,
                        "epoch": self._lease.epoch})
         return self._lease

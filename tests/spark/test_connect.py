@@ -13,6 +13,7 @@ import pytest
 
 from tests.support.connect import ConnectServer, client_environment
 from tests.support.spark import REPO_ROOT
+from tests.support.versions import connect_has_transform_with_state
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -69,6 +70,8 @@ def test_state_reader_and_observed_metrics_through_spark_connect(
     assert result["client_progress"] == 0  # BatchProgress stays with foreachBatch's process
 
 
+@pytest.mark.skipif(not connect_has_transform_with_state(),
+                    reason="PySpark 4.0's Connect client has no transformWithStateInPandas")
 def test_the_switch_runs_pysparks_own_query_through_spark_connect(
         connect_server: ConnectServer, tmp_path: Path) -> None:
     done = run_client(str(REPO_ROOT / "tests" / "support" / "connect_dropin_client.py"),

@@ -28,7 +28,7 @@ def main(url: str, work: Path) -> dict[str, object]:
     frames = make_batches(3, rows=60, keys=12, seed=61)
     write_batches(work / "in", frames)
     stream = (stateful(file_stream(spark, work / "in")).group_by("user")
-              .process(CountProcessor(), COUNT_SCHEMA, checkpoint=str(work / "ckpt"),
+              .process(CountProcessor(), COUNT_SCHEMA, checkpoint_location=str(work / "ckpt"),
                        partitions=2))
     query = stream.start(trigger={"availableNow": True})
     query.awaitTermination()

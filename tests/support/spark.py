@@ -123,13 +123,13 @@ def count_model(frames: list[Any]) -> dict[str, int]:
 
 
 def stored_counts(spark: Any, checkpoint: str, batch_id: int | None = None,
-                  conf: Mapping[str, Any] | None = None) -> dict[str, int]:
+                  settings: Mapping[str, Any] | None = None) -> dict[str, int]:
     """The "count" value state of a checkpoint, read back through the dstl-state source."""
     import json
 
     from pyspark_dstl.spark import read_state
 
-    frame = read_state(spark, checkpoint, batch_id, conf=conf).toPandas()
+    frame = read_state(spark, checkpoint, batch_id, settings=settings).toPandas()
     frame = frame[frame["state_variable"] == "count"]
     return {json.loads(k)[0]: json.loads(v) for k, v in zip(frame["key"], frame["value"],
                                                              strict=True)}
@@ -202,7 +202,7 @@ def run_files(spark: Any, inputs: Path, checkpoint: Path, processor: Any = None,
     """Run a stream over every file in `inputs` (one per batch) until it has read them all."""
     stream = (stateful(file_stream(spark, inputs)).group_by("user")
               .process(processor or CountProcessor(), COUNT_SCHEMA,
-                       checkpoint=str(checkpoint), **process_args)
+                       checkpoint_location=str(checkpoint), **process_args)
               .foreach_batch(collecting_sink(outputs if outputs is not None else {})))
     query = stream.start(trigger={"availableNow": True})
     query.awaitTermination()
@@ -317,7 +317,7 @@ def cluster_driver(master: str, inputs: str, checkpoint: str, local_dir: str) ->
 
     spark = cluster_session(master, "dstl-cluster-test", local_dir)
     stream = (stateful(file_stream(spark, Path(inputs))).group_by("user")
-              .process(CountProcessor(), COUNT_SCHEMA, checkpoint=checkpoint, partitions=4)
+              .process(CountProcessor(), COUNT_SCHEMA, checkpoint_location=checkpoint, partitions=4)
               .on_progress(lambda p: print(f"committed batch {p.batch_id}", flush=True)))
     stream.start(trigger={"availableNow": True}).awaitTermination()
     import json

@@ -7,7 +7,9 @@ How the batches are made the same on both sides:
   modification time, set one second apart), so batch i reads file i on both engines.
 - Without processing time (time modes None and EventTime) a query runs with availableNow and
   stops by itself. In EventTime both engines add one batch without data when the watermark
-  moved past the one the last batch used (Spark's no-data batch; here the tick source).
+  moved past the one the last batch used (Spark's no-data batch; here the tick source). Before
+  PySpark 4.2, which refuses availableNow with timers on this backend, an EventTime query runs
+  with a processingTime trigger on both engines until all input is processed, then stops.
 - With processing time, Spark's availableNow never stops (such a query always asks for one more
   batch) and its no-data batches depend on the wall clock, so these scenarios run step by step
   instead: step i pauses, writes file i, and runs each engine's query with a once trigger (one
@@ -42,6 +44,7 @@ from typing import Any
 import pandas as pd
 
 from tests.support.tws_scenarios import Scenario
+from tests.support.versions import AVAILABLE_NOW_TIMERS
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 PYSPARK_STATE_SETTINGS = {
@@ -201,7 +204,7 @@ class DstlEngine:
         stream = method(statefulProcessor=processor, outputStructType=scenario.output_schema,
                         outputMode="Update", timeMode=scenario.time_mode,
                         initialState=initial_state(df.sparkSession, scenario),
-                        checkpoint=str(checkpoint))
+                        checkpoint_location=str(checkpoint))
         return stream.foreach_batch(sink).start(trigger=dict(trigger))
 
 
@@ -240,6 +243,18 @@ def await_query(query: Any, timeout: float = RUN_TIMEOUT_S) -> None:
         raise AssertionError(f"query {query.id} failed: {error}")
 
 
+def process_all_available(query: Any) -> None:
+    """Run a query with a processingTime trigger until a trigger finds nothing to do (no input
+    and no batch without input), then stop it; its error, if it failed, is reported."""
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    error = query.exception()
+    if error is not None:
+        raise AssertionError(f"query {query.id} failed: {error}")
+
+
 # --- ways to run a scenario ----------------------------------------------------------------
 
 
@@ -267,6 +282,8 @@ def run_phases(spark: Any, scenario: Scenario, engine_name: str, workspace: Work
     engine = ENGINES[engine_name]
     phases = phases or [list(range(len(scenario.batches)))]
     run = Run(engine.name, checkpoint=workspace.checkpoint(engine.name), observer=observer)
+    trigger = ({"availableNow": True} if AVAILABLE_NOW_TIMERS or scenario.time_mode == "None"
+               else {"processingTime": "0 seconds"})
     processor = processor if processor is not None else scenario.processor()
     started = time.monotonic()
     with session_conf(spark, COMPARE_SETTINGS), engine.settings(spark):
@@ -276,8 +293,11 @@ def run_phases(spark: Any, scenario: Scenario, engine_name: str, workspace: Work
             run.runs.append([])
             query = engine.start(input_stream(spark, scenario, workspace.inputs), scenario,
                                  processor, workspace.checkpoint(engine.name), run.sink,
-                                 {"availableNow": True})
-            await_query(query)
+                                 trigger)
+            if "availableNow" in trigger:
+                await_query(query)
+            else:
+                process_all_available(query)
     run.seconds = time.monotonic() - started
     return run
 
@@ -386,7 +406,8 @@ def cluster_driver(master: str, scenario_name: str, work_dir: str, local_dir: st
     spark = cluster_session(master, "dstl-tws-cluster-test", local_dir)
 
     def executors() -> int:  # the driver is listed too
-        return len(spark.sparkContext.statusTracker().getExecutorInfos()) - 1
+        # the JVM's tracker: PySpark's StatusTracker.getExecutorInfos is 4.2+
+        return len(spark.sparkContext._jsc.sc().statusTracker().getExecutorInfos()) - 1
 
     def show(batch_id: int, rows: Rows) -> None:
         print(f"batch {batch_id} {json.dumps(rows)}", flush=True)

@@ -55,7 +55,7 @@ def test_vectorized_processor_keeps_the_same_state_as_the_per_key_one(
     for name, processor in (("per-key", CountProcessor()),
                             ("vectorized", VectorizedCountProcessor())):
         stream = (stateful(batch_frame(spark, frames[0])).group_by("user")
-                  .process(processor, COUNT_SCHEMA, checkpoint=str(tmp_path / name),
+                  .process(processor, COUNT_SCHEMA, checkpoint_location=str(tmp_path / name),
                            partitions=3))
         for batch_id, frame in enumerate(frames):
             stream.run_batch(batch_frame(spark, frame), batch_id)
@@ -67,7 +67,7 @@ def test_task_retried_after_its_commit_commits_the_retry(spark: Any, tmp_path: P
     frames = make_batches(3, rows=300, keys=80, seed=3)
     operator = (stateful(batch_frame(spark, frames[0])).group_by("user")
                 .process(FailAfterCommitProcessor(), COUNT_SCHEMA,
-                         checkpoint=str(tmp_path / "ckpt"), partitions=2).operator)
+                         checkpoint_location=str(tmp_path / "ckpt"), partitions=2).operator)
     for batch_id, frame in enumerate(frames):
         result = operator.execute(batch_frame(spark, frame), batch_id)
         assert result.stats[0]["attempt"] == 1 and result.stats[1]["attempt"] == 0
@@ -84,7 +84,7 @@ def test_stage_run_twice_gives_two_unique_ids_for_one_version(spark: Any,
                                                                tmp_path: Path) -> None:
     frames = make_batches(2, rows=300, keys=60, seed=4)
     operator = (stateful(batch_frame(spark, frames[0])).group_by("user")
-                .process(CountProcessor(), COUNT_SCHEMA, checkpoint=str(tmp_path / "ckpt"),
+                .process(CountProcessor(), COUNT_SCHEMA, checkpoint_location=str(tmp_path / "ckpt"),
                          partitions=2).operator)
     first = operator.execute(batch_frame(spark, frames[0]), 0)
     second = operator.execute(batch_frame(spark, frames[0]), 0)
@@ -135,7 +135,7 @@ def test_materialization_truncation_and_cleanup_happen_during_a_run(spark: Any,
     write_batches(tmp_path / "in", frames[:12])
     settings = {"materialization.everyNCommits": "1", "materialization.interval": "off",
                 "stateStore.minBatchesToRetain": "3", "query.cleanupInterval": "2"}
-    stream = run_files(spark, tmp_path / "in", tmp_path / "ckpt", partitions=2, conf=settings)
+    stream = run_files(spark, tmp_path / "in", tmp_path / "ckpt", partitions=2, settings=settings)
     root = tmp_path / "ckpt"
     state = root / "state" / "stateful"
     assert files_under(state, ".snapshot"), "no snapshot was materialized"
@@ -145,7 +145,7 @@ def test_materialization_truncation_and_cleanup_happen_during_a_run(spark: Any,
     assert len(files_under(state, ".changelog")) < commits  # truncated and cleaned up
     assert len(list((root / "commits").iterdir())) <= 3 + 2  # retention + cleanup interval
     write_batches(tmp_path / "in", frames[12:], start=12)
-    run_files(spark, tmp_path / "in", root, conf=settings)
+    run_files(spark, tmp_path / "in", root, settings=settings)
     assert stored_counts(spark, str(root)) == count_model(frames)
 
 
@@ -155,7 +155,7 @@ def test_partitions_moving_between_workers_are_taken_over_and_snapshot_at_the_de
     write_batches(tmp_path / "in", frames)
     # default everyNCommits (10); no interval, so only the lineage count can trigger one
     stream = run_files(spark, tmp_path / "in", tmp_path / "ckpt", partitions=4,
-                       conf={"materialization.interval": "off"})
+                       settings={"materialization.interval": "off"})
     kinds = [p.load_kinds for p in stream.progress]
     assert kinds[0] == {"empty": 4}
     assert all(set(k) <= {"reuse", "local_reuse"} for k in kinds[1:]), kinds  # no restore
@@ -169,12 +169,12 @@ def test_invalid_setting_fails_at_query_start_naming_the_key(spark: Any,
                                                              tmp_path: Path) -> None:
     grouped = stateful(file_stream(spark, tmp_path)).group_by("user")
     with pytest.raises(ConfigError, match=r"spark\.dstl\.changelog\.persistDelay"):
-        grouped.process(CountProcessor(), COUNT_SCHEMA, checkpoint=str(tmp_path / "c"),
-                        conf={"changelog.persistDelay": "soon"})
+        grouped.process(CountProcessor(), COUNT_SCHEMA, checkpoint_location=str(tmp_path / "c"),
+                        settings={"changelog.persistDelay": "soon"})
     spark.conf.set("spark.dstl.stateStore.bogus", "1")
     try:
         with pytest.raises(ConfigError, match=r"spark\.dstl\.stateStore\.bogus"):
-            grouped.process(CountProcessor(), COUNT_SCHEMA, checkpoint=str(tmp_path / "c"))
+            grouped.process(CountProcessor(), COUNT_SCHEMA, checkpoint_location=str(tmp_path / "c"))
     finally:
         spark.conf.unset("spark.dstl.stateStore.bogus")
 
@@ -191,6 +191,7 @@ def test_grouping_key_of_an_unsupported_type_is_refused(spark: Any) -> None:
         stateful(df).group_by("t")
 
 
+@pytest.mark.version
 def test_state_reader_returns_the_model_state_of_any_retained_batch(spark: Any,
                                                                      tmp_path: Path) -> None:
     frames = make_batches(3, rows=200, keys=50, seed=9)
@@ -213,7 +214,7 @@ def test_cache_output_mode_gives_the_same_output_and_state(spark: Any,
     write_batches(tmp_path / "in", frames)
     outputs: Outputs = {}
     run_files(spark, tmp_path / "in", tmp_path / "ckpt", outputs=outputs, partitions=2,
-              conf={"query.outputMode": "cache"})
+              settings={"query.outputMode": "cache"})
     model = count_model(frames)
     assert outputs[2] == {user: model[user] for user in set(frames[2]["user"])}
     assert stored_counts(spark, str(tmp_path / "ckpt")) == model
@@ -228,21 +229,21 @@ def test_keyed_count_on_the_s3_api_with_hedging(spark: Any, s3: Any, tmp_path: P
         "query.engineCheckpointLocation": str(tmp_path / "engine"),
     }
     stream = (stateful(file_stream(spark, tmp_path / "in")).group_by("user")
-              .process(CountProcessor(), COUNT_SCHEMA, checkpoint=s3.url, partitions=2,
-                       conf=settings))
+              .process(CountProcessor(), COUNT_SCHEMA, checkpoint_location=s3.url, partitions=2,
+                       settings=settings))
     stream.start(trigger={"availableNow": True}).awaitTermination()
     assert len(stream.progress) == 4
     keys = s3.direct_keys()
     assert any(k.startswith("state/stateful/0/") and k.endswith(".changelog") for k in keys)
     assert [k for k in keys if k.startswith("commits/")] == [f"commits/{b}.0" for b in range(4)]
     assert s3.proxy.count("PUT", "/") > 0
-    assert stored_counts(spark, s3.url, conf=settings) == count_model(frames)
+    assert stored_counts(spark, s3.url, settings=settings) == count_model(frames)
 
 
 def test_driver_keeps_no_store_open(spark: Any, tmp_path: Path) -> None:
     frames = make_batches(1, rows=50, keys=10, seed=12)
     stream = (stateful(batch_frame(spark, frames[0])).group_by("user")
-              .process(CountProcessor(), COUNT_SCHEMA, checkpoint=str(tmp_path / "ckpt"),
+              .process(CountProcessor(), COUNT_SCHEMA, checkpoint_location=str(tmp_path / "ckpt"),
                        partitions=2))
     stream.run_batch(batch_frame(spark, frames[0]), 0)
     assert stored_counts(spark, str(tmp_path / "ckpt")) == count_model(frames)
@@ -253,7 +254,7 @@ def test_the_stateful_stage_runs_as_one_spark_job_and_leaves_adaptive_execution_
         spark: Any, tmp_path: Path) -> None:
     frames = make_batches(1, rows=200, keys=40, seed=13)
     stream = (stateful(batch_frame(spark, frames[0])).group_by("user")
-              .process(CountProcessor(), COUNT_SCHEMA, checkpoint=str(tmp_path / "ckpt"),
+              .process(CountProcessor(), COUNT_SCHEMA, checkpoint_location=str(tmp_path / "ckpt"),
                        partitions=3))
     batch = batch_frame(spark, frames[0])
     assert spark.conf.get("spark.sql.adaptive.enabled") == "true"

@@ -24,10 +24,9 @@ import pytest
 
 from pyspark_dstl import StateSchemaError, read_state, stateful
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
+from pyspark_dstl.backend.lineage.schema_records import SchemaRecord, read_records
 from pyspark_dstl.backend.ops.inspection import format_inspection, inspect_checkpoint
 from pyspark_dstl.changelog.changelog_service import ChangelogService
-from pyspark_dstl.spark.codec.schema_history import SchemaRecord
-from pyspark_dstl.spark.codec.schema_records import read_records
 from tests.support.compat_runs import input_stream, keeping_sink, run_to_end, write_inputs
 from tests.support.evolution_processors import INPUT, OUTPUT, StateProbe, release
 from tests.support.tws_compare import (
@@ -65,7 +64,7 @@ def stream_of(spark: Any, root: Path, processor: StateProbe, rows_as: str,
     grouped = stateful(df).group_by("user")
     method = (grouped.transformWithState if rows_as == "rows"
               else grouped.transformWithStateInPandas)
-    return method(processor, OUTPUT, "Update", time_mode, checkpoint=str(root / "ckpt"))
+    return method(processor, OUTPUT, "Update", time_mode, checkpoint_location=str(root / "ckpt"))
 
 
 def seen_by_batch(outputs: dict[int, list[dict[str, Any]]]) -> Seen:
@@ -319,7 +318,7 @@ def test_a_checkpoint_without_schema_ids_records_id_0_at_its_first_start_and_evo
 
 CHILD = """
 import json, sys
-from pyspark_dstl.spark.codec.schema_history import SchemaRecord
+from pyspark_dstl.backend.lineage.schema_records import SchemaRecord
 from pyspark_dstl.spark.driver.state_schemas import settle
 from pyspark_dstl.changelog.changelog_service import ChangelogService
 declared = SchemaRecord.from_dict(json.loads(sys.argv[2])).declarations

@@ -1,7 +1,8 @@
 """State schema evolution without Spark: which changes keep stored values readable, how an old
 value reads under a new schema, the schema id every value carries, the record files, and what
 a start decides from the records and the commit log (spark/codec/evolution.py,
-codec/schema_history.py, driver/state_schemas.py)."""
+codec/schema_history.py, driver/state_schemas.py; the record format itself:
+tests/backend/test_schema_records.py)."""
 
 from __future__ import annotations
 
@@ -14,25 +15,26 @@ import msgpack
 import pytest
 from pyspark.sql import types as T
 
+from pyspark_dstl.backend.backend_errors import SchemaRecordError
 from pyspark_dstl.backend.backend_settings import BackendSettings
 from pyspark_dstl.backend.fencing.lease import acquire
 from pyspark_dstl.backend.lineage.commit_entry import CommitEntry
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
+from pyspark_dstl.backend.lineage.schema_records import (
+    Declarations,
+    SchemaHistory,
+    SchemaRecord,
+    StateDeclaration,
+    encode_record,
+    read_records,
+)
 from pyspark_dstl.changelog.changelog_service import ChangelogService
 from pyspark_dstl.spark.codec.evolution import (
     VersionedRowCodec,
     stored_projector,
     value_change_problems,
 )
-from pyspark_dstl.spark.codec.schema_history import (
-    Declarations,
-    SchemaRecord,
-    StateDeclaration,
-    canonical_schema,
-    decode_record,
-    encode_record,
-)
-from pyspark_dstl.spark.codec.schema_records import read_records
+from pyspark_dstl.spark.codec.schema_history import canonical_schema, value_schemas
 from pyspark_dstl.spark.codec.typed_values import RowCodec
 from pyspark_dstl.spark.codec.values import (
     decode_value,
@@ -220,18 +222,6 @@ def declarations(value: T.StructType, kind: str = "value", ttl: bool = False) ->
                         {"state": StateDeclaration(kind, canonical_schema(value), None, ttl)})
 
 
-def test_a_record_round_trips_and_a_damaged_one_is_refused_naming_the_file() -> None:
-    record = SchemaRecord(3, 1, declarations(ALLOWED["add"][1]), 1234)
-    data = encode_record(record)
-    assert decode_record(data, "schemas/op/3.json") == record
-    damaged = data.replace(b'"string"', b'"binary"')
-    with pytest.raises(StateSchemaError, match=r"^state schema record 'schemas/op/3.json' "
-                                               r"fails its checksum"):
-        decode_record(damaged, "schemas/op/3.json")
-    with pytest.raises(StateSchemaError, match="more than a record may hold"):
-        decode_record(b" " * (16 * 1024 * 1024 + 1), "schemas/op/3.json")
-
-
 def commit(storage: ChangelogService, batch_id: int, schema_id: int | None) -> None:
     extra = {} if schema_id is None else {"state_schemas": {"stateful": schema_id}}
     lease = acquire(storage, BackendSettings().fencing)
@@ -262,7 +252,7 @@ def test_a_compatible_change_gets_the_next_id_based_on_the_committed_one(
     commit(storage, 0, 0)
     history = settle(storage, "stateful", declarations(ALLOWED["add"][1]))
     assert history.current == 1 and [r.schema_id for r in history.chain()] == [1, 0]
-    assert history.value_schemas("state") == {0: ALLOWED["add"][0], 1: ALLOWED["add"][1]}
+    assert value_schemas(history, "state") == {0: ALLOWED["add"][0], 1: ALLOWED["add"][1]}
 
 
 def test_a_start_is_checked_against_every_id_of_the_chain_not_only_the_newest(
@@ -304,8 +294,8 @@ def test_entries_written_before_schema_ids_make_the_first_record_id_0(
 
 def test_a_missing_record_the_commit_names_is_refused(storage: ChangelogService) -> None:
     commit(storage, 0, 4)
-    with pytest.raises(StateSchemaError, match=r"^state schema record "
-                                               r"'schemas/stateful/4.json' is missing"):
+    with pytest.raises(SchemaRecordError, match=r"^state schema record "
+                                                r"'schemas/stateful/4.json' is missing"):
         settle(storage, "stateful", declarations(struct(("a", INT))))
 
 
@@ -334,12 +324,11 @@ def test_verify_reports_a_missing_or_damaged_schema_record(storage: ChangelogSer
     problems = [p for p in verify_checkpoint(storage) if "schema" in p]
     assert problems == [
         "state schema record 'schemas/stateful/2.json' lacks magic 'DSTL-STATE-SCHEMA'",
-        "state schema record schemas/stateful/0.json is missing: the newest commit reads "
-        "schema id 1 through it"]
+        "state schema record 'schemas/stateful/0.json' is missing, but the committed state "
+        "refers to it (through schema id 1); restore the file from a backup"]
 
 
 def test_the_state_reader_shows_a_variable_no_longer_declared_in_its_newest_schema() -> None:
-    from pyspark_dstl.spark.codec.schema_history import SchemaHistory
     from pyspark_dstl.spark.readers.state_reader import value_readers
 
     old, newer = struct(("a", INT)), struct(("a", LONG), ("b", STRING))

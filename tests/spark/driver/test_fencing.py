@@ -29,7 +29,7 @@ TIMEOUT = 120.0
 
 def counting_query(spark: Any, inputs: Path, checkpoint: Path, engine: Path) -> Any:
     stream = (stateful(file_stream(spark, inputs)).group_by("user")
-              .process(CountProcessor(), COUNT_SCHEMA, checkpoint=str(checkpoint),
+              .process(CountProcessor(), COUNT_SCHEMA, checkpoint_location=str(checkpoint),
                        partitions=2))
     return stream, stream.start(trigger={"processingTime": "200 milliseconds"},
                                 engine_checkpoint=str(engine))
@@ -64,7 +64,7 @@ def test_an_operator_whose_checkpoint_another_operator_took_stops_before_its_nex
     def operator_stream() -> Any:
         frame = spark.createDataFrame(frames[0], schema=INPUT_SCHEMA)
         return (stateful(frame).group_by("user")
-                .process(CountProcessor(), COUNT_SCHEMA, checkpoint=str(tmp_path / "ckpt"),
+                .process(CountProcessor(), COUNT_SCHEMA, checkpoint_location=str(tmp_path / "ckpt"),
                          partitions=2))
 
     first, second = operator_stream(), operator_stream()

@@ -1,5 +1,6 @@
 """Per-batch state metrics where users look: Spark's progress reports, BatchProgress (with the
-uploads), the commit entry and the JSON log line, from real queries in local PySpark."""
+uploads), the commit entry and the log lines, from real queries in local PySpark (the log
+lines without Spark: tests/spark/driver/test_progress_lines.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,12 @@ import pytest
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
 from pyspark_dstl.changelog.changelog_service import ChangelogService
 from pyspark_dstl.spark import StatefulStream, observed_state_metrics, stateful
-from pyspark_dstl.spark.driver.progress import OBSERVATION, PROGRESS_LOGGER
+from pyspark_dstl.spark.driver.progress import (
+    OBSERVATION,
+    PROGRESS_JSON_LOGGER,
+    PROGRESS_LOGGER,
+    progress_line,
+)
 from tests.support.fault_proxy import FaultRule
 from tests.support.spark import (
     COUNT_SCHEMA,
@@ -29,7 +35,7 @@ pytestmark = pytest.mark.spark
 def run_query(spark: Any, root: Path, batches: int = 3, **process_args: Any) -> tuple[
         StatefulStream, Any]:
     write_batches(root / "in", make_batches(batches, rows=60, keys=12, seed=21))
-    process_args.setdefault("checkpoint", str(root / "ckpt"))
+    process_args.setdefault("checkpoint_location", str(root / "ckpt"))
     stream = (stateful(file_stream(spark, root / "in")).group_by("user")
               .process(CountProcessor(), COUNT_SCHEMA, partitions=2, **process_args))
     query = stream.start(trigger={"availableNow": True})
@@ -54,7 +60,7 @@ def test_spark_progress_observes_the_state_metrics_of_the_batch_before(
 
 def test_observed_metrics_are_switched_off_by_one_setting(spark: Any, tmp_path: Path) -> None:
     stream, query = run_query(spark, tmp_path, batches=2,
-                              conf={"query.observedMetrics": "false"})
+                              settings={"query.observedMetrics": "false"})
     reports = [p for p in query.recentProgress if p["numInputRows"] > 0]
     assert len(reports) == 2
     assert all(OBSERVATION not in (p["observedMetrics"] or {}) for p in reports)
@@ -109,7 +115,7 @@ def test_batch_progress_counts_upload_retries_on_the_s3_api(spark: Any, s3: Any,
     }
     s3.proxy.add_rule(FaultRule("status", method="PUT", path_contains="/state/", status=503,
                                 times=2))
-    stream, _ = run_query(spark, tmp_path, batches=2, checkpoint=s3.url, conf=settings)
+    stream, _ = run_query(spark, tmp_path, batches=2, checkpoint_location=s3.url, settings=settings)
     uploads = [p.upload for p in stream.progress]
     assert sum(u.retries for u in uploads) == 2
     assert sum(u.requests for u in uploads) == sum(u.uploads for u in uploads) + 2
@@ -125,7 +131,7 @@ def test_the_progress_branch_reads_the_batch_before_by_its_own_names_on_s3(
         **s3.query_settings(),
         "query.engineCheckpointLocation": str(tmp_path / "engine"),
     }
-    _, query = run_query(spark, tmp_path, batches=3, checkpoint=s3.url, conf=settings)
+    _, query = run_query(spark, tmp_path, batches=3, checkpoint_location=s3.url, settings=settings)
     reports = {p["batchId"]: p for p in query.recentProgress if p["numInputRows"] > 0}
     assert [observed_state_metrics(reports[b])["batch_id"] for b in (1, 2)] == [0, 1]
     listed = [r.query for r in s3.proxy.records("GET", "list-type")]
@@ -133,21 +139,21 @@ def test_the_progress_branch_reads_the_batch_before_by_its_own_names_on_s3(
         assert sum(f"prefix={s3.prefix}/commits/{batch_id}.&" in q + "&" for q in listed) == 1
 
 
-def test_every_batch_logs_one_json_line(spark: Any, tmp_path: Path,
-                                        caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.INFO, logger=PROGRESS_LOGGER):
-        logging.getLogger(PROGRESS_LOGGER).propagate = True
+def test_every_batch_logs_one_short_line_and_its_metrics_as_json_when_logging_asks(
+        spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger=PROGRESS_LOGGER), \
+            caplog.at_level(logging.DEBUG, logger=PROGRESS_JSON_LOGGER):
         stream, _ = run_query(spark, tmp_path, batches=2)
-    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == PROGRESS_LOGGER]
-    assert [line["batch_id"] for line in lines] == [0, 1]
-    assert lines[1]["event"] == "dstl.batch"
-    assert lines[1]["metrics"] == pytest.approx(stream.progress[1].metrics)
-    assert lines[1]["operator"] == "stateful"
+    short = [r.getMessage() for r in caplog.records if r.name == PROGRESS_LOGGER]
+    assert short == [progress_line(p, "stateful") for p in stream.progress]
+    records = [json.loads(r.getMessage()) for r in caplog.records
+               if r.name == PROGRESS_JSON_LOGGER]
+    assert [record["batch_id"] for record in records] == [0, 1]
+    assert records[1]["event"] == "dstl.batch" and records[1]["operator"] == "stateful"
+    assert records[1]["metrics"] == pytest.approx(stream.progress[1].metrics)
 
 
-def test_log_line_is_switched_off_by_one_setting(spark: Any, tmp_path: Path,
-                                                 caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.INFO, logger=PROGRESS_LOGGER):
-        logging.getLogger(PROGRESS_LOGGER).propagate = True
-        run_query(spark, tmp_path, batches=1, conf={"query.logProgress": "false"})
-    assert [r for r in caplog.records if r.name == PROGRESS_LOGGER] == []
+def test_a_query_logs_nothing_unless_asked(spark: Any, tmp_path: Path,
+                                           caplog: pytest.LogCaptureFixture) -> None:
+    run_query(spark, tmp_path, batches=1)
+    assert [r for r in caplog.records if r.name.startswith(PROGRESS_LOGGER)] == []

@@ -67,7 +67,7 @@ def assert_keys_where_spark_hashes_them(spark: Any, checkpoint: str, partitions:
 def count_stream(spark: Any, frame: Any, checkpoint: Path, partitions: int | None,
                  ) -> StatefulStream:
     return (stateful(batch_frame(spark, frame)).group_by("user")
-            .process(CountProcessor(), COUNT_SCHEMA, checkpoint=str(checkpoint),
+            .process(CountProcessor(), COUNT_SCHEMA, checkpoint_location=str(checkpoint),
                      partitions=partitions))
 
 
@@ -139,7 +139,8 @@ def run_sessions(spark: Any, checkpoint: Path, partitions_by_batch: list[int],
                                                        strict=True), start=first_batch):
         data = spark.createDataFrame(frame, EVENT_SCHEMA)
         stream = (stateful(data).group_by("user")
-                  .process(InactivitySessions(), SESSION_SCHEMA, checkpoint=str(checkpoint),
+                  .process(InactivitySessions(), SESSION_SCHEMA,
+                           checkpoint_location=str(checkpoint),
                            partitions=partitions, time_mode="event_time", event_time="ts",
                            watermark_delay="10 seconds")
                   .foreach_batch(sink_for(batch_id)))
@@ -247,7 +248,7 @@ def test_a_query_with_other_key_column_types_is_refused_naming_them(spark: Any,
     numbered = batch_frame(spark, frames[1]).selectExpr(
         "cast(length(user) as int) as user", "v")
     stream = (stateful(numbered).group_by("user")
-              .process(CountProcessor(), COUNT_SCHEMA, checkpoint=str(checkpoint)))
+              .process(CountProcessor(), COUNT_SCHEMA, checkpoint_location=str(checkpoint)))
     with pytest.raises(PartitionCountError, match=r"types \['string'\].*\['int'\]"):
         stream.run_batch(numbered, 1)
 

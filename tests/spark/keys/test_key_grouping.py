@@ -75,7 +75,7 @@ def test_a_table_built_outside_the_stage_gets_the_group_column_of_each_row() -> 
 
 def _operator() -> StatefulOperator:
     spec = OperatorSpec(processor=CountProcessor(), key_columns=("user",), output_schema=None,
-                        checkpoint="file:///nowhere/ckpt")
+                        location="file:///nowhere/ckpt")
     return StatefulOperator(spec, DstlSettings.from_settings({}))
 
 

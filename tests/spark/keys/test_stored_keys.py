@@ -71,7 +71,7 @@ def run_batch(df: Any, columns: list[str], processor: Any, checkpoint: Path,
               partitions: int) -> CommitEntry:
     """One batch of the stateful stage over `df`, committed; its commit entry."""
     stream = (stateful(df).group_by(*columns)
-              .process(processor, OUTPUT_SCHEMA, checkpoint=str(checkpoint),
+              .process(processor, OUTPUT_SCHEMA, checkpoint_location=str(checkpoint),
                        partitions=partitions, time_mode="processing_time"))
     stream.operator.process_batch(df, 0)
     return stream.operator.commit_log().read(0)

@@ -5,26 +5,24 @@ and timer times must be Spark's own.
 
 Both sides run step by step in lockstep (as tests/support/tws_compare.py's processing-time
 scenarios): step i writes input file i, then each query runs once (a once trigger: exactly one
-batch). The processors live in this module; executors import them by module name.
+batch). The processors shared with the other move tests live in tests/support/move_processors.py
+(executors import them by module name), those of this module alone below.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import io
 import json
 import shutil
 import time
 from collections.abc import Callable, Iterator
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
-from pyspark.sql import Row
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
-from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
+from pyspark.sql.streaming.stateful_processor import TimerValues
 
 from pyspark_dstl import import_state, read_state, stateful
 from pyspark_dstl.cli import main as cli_main
@@ -36,6 +34,7 @@ from pyspark_dstl.spark.moves.import_state import (
     SparkCheckpointError,
     TargetNotEmptyError,
 )
+from tests.support.move_processors import LONG_MS, Journey, SessionRows, spark_state
 from tests.support.tws_compare import (
     COMPARE_SETTINGS,
     PYSPARK_STATE_SETTINGS,
@@ -46,119 +45,14 @@ from tests.support.tws_compare import (
     write_input,
 )
 from tests.support.tws_scenarios import at
+from tests.support.versions import needs_row_api
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-SHORT_MS = 1_000  # a processing-time timer that is due at the next step
-LONG_MS = 3_600_000  # TTLs and timers that never expire within a test
 PAUSE_S = 1.5
 
 
-# ---- processors ------------------------------------------------------------------------------
-
-
-class Journey(StatefulProcessor):
-    """Value, list and map state with TTL, a typed value without TTL, processing-time timers.
-
-    Per key and batch: the running count, the list of values seen (cleared when a short timer
-    fires), hits per page (value % 3), and the key's previous "last" value (a timestamp, a
-    decimal and a map among its fields), shown before it is replaced, so the first batch here
-    reads what was imported. A value divisible by 5 arms a short timer; every key keeps one long
-    timer. Outputs carry no wall clock."""
-
-    OUTPUT = ("user string, kind string, count long, items long, item_sum long, pages long, "
-              "hits long, last string")
-    LAST = "v long, note string, at timestamp, price decimal(10,2), tags map<string,long>"
-
-    def init(self, handle: StatefulProcessorHandle) -> None:
-        self.handle = handle
-        self.count = handle.getValueState("count", "n long", LONG_MS)
-        self.items = handle.getListState("items", "v long", LONG_MS)
-        self.pages = handle.getMapState("pages", "page string", "hits long", LONG_MS)
-        self.last = handle.getValueState("last", self.LAST)
-
-    def _row(self, key: Any, kind: str, last: Any) -> pd.DataFrame:
-        count = self.count.get()
-        items = [item[0] for item in self.items.get()]
-        hits = [value[0] for value in self.pages.values()]
-        shown = "-" if last is None else (
-            f"{last[0]}|{last[1]}|{last[2].isoformat()}|{last[3]}|{sorted(last[4].items())}")
-        return pd.DataFrame({"user": [key[0]], "kind": [kind],
-                             "count": [count[0] if count else 0], "items": [len(items)],
-                             "item_sum": [sum(items)], "pages": [len(hits)],
-                             "hits": [sum(hits)], "last": [shown]})
-
-    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
-                        timerValues: TimerValues) -> Iterator[pd.DataFrame]:
-        frame = pd.concat(list(rows)).sort_values("v")
-        values = [int(v) for v in frame["v"]]
-        previous = self.last.get()
-        before = self.count.get()
-        self.count.update(((before[0] if before else 0) + len(values),))
-        self.items.appendList([(v,) for v in values])
-        for v in values:
-            page = (f"p{v % 3}",)
-            hits = self.pages.getValue(page)
-            self.pages.updateValue(page, ((hits[0] if hits else 0) + 1,))
-        v = values[-1]
-        self.last.update((v, f"last of {len(values)}",
-                          dt.datetime(2024, 5, 1, 12, 0, 0, 250_000) + dt.timedelta(seconds=v),
-                          Decimal(v) / 4, {"n": len(values), "v": v}))
-        now = timerValues.getCurrentProcessingTimeInMs()
-        if any(v % 5 == 0 for v in values):
-            self.handle.registerTimer(now + SHORT_MS)
-        if not any(expiry > now + SHORT_MS for expiry in self.handle.listTimers()):
-            self.handle.registerTimer(now + LONG_MS)
-        yield self._row(key, "rows", previous)
-
-    def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
-                           expiredTimerInfo: ExpiredTimerInfo) -> Iterator[pd.DataFrame]:
-        self.items.clear()
-        yield self._row(key, "timer", self.last.get())
-
-    def close(self) -> None:
-        pass
-
-
-class SessionRows(StatefulProcessor):
-    """Row-based sessions in event time: a session closes GAP_MS after its newest event."""
-
-    OUTPUT = "user string, kind string, events long, total long, first_ms long"
-    GAP_MS = 5_000
-
-    def init(self, handle: StatefulProcessorHandle) -> None:
-        self.handle = handle
-        self.total = handle.getValueState("total", "events long, total long")
-        self.times = handle.getListState("times", "ms long")
-
-    def _row(self, key: Any, kind: str) -> Row:
-        total = self.total.get() or (0, 0)
-        times = [item[0] for item in self.times.get()]
-        return Row(user=key[0], kind=kind, events=total[0], total=total[1],
-                   first_ms=min(times) if times else -1)
-
-    def handleInputRows(self, key: Any, rows: Iterator[Row],
-                        timerValues: TimerValues) -> Iterator[Row]:
-        events = sorted(rows, key=lambda row: (row["ts"], row["v"]))
-        stamps = [int(row["ts"].timestamp() * 1000) for row in events]
-        total = self.total.get() or (0, 0)
-        self.total.update((total[0] + len(events), total[1] + sum(r["v"] for r in events)))
-        self.times.appendList([(ms,) for ms in stamps])
-        for expiry in list(self.handle.listTimers()):
-            self.handle.deleteTimer(expiry)
-        newest = max(item[0] for item in self.times.get())
-        self.handle.registerTimer(newest + self.GAP_MS)
-        yield self._row(key, "open")
-
-    def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
-                           expiredTimerInfo: ExpiredTimerInfo) -> Iterator[Row]:
-        row = self._row(key, "closed")
-        self.total.clear()
-        self.times.clear()
-        yield row
-
-    def close(self) -> None:
-        pass
+# ---- processors of this module's own ------------------------------------------------------
 
 
 class RateTotals(StatefulProcessor):
@@ -217,7 +111,8 @@ def dstl_starter(processor: Any, output: str, time_mode: str, row_api: bool) -> 
         grouped = stateful(df).group_by("user")
         method = grouped.transformWithState if row_api else grouped.transformWithStateInPandas
         stream = method(statefulProcessor=processor, outputStructType=output,
-                        outputMode="Update", timeMode=time_mode, checkpoint=str(checkpoint))
+                        outputMode="Update", timeMode=time_mode,
+                        checkpoint_location=str(checkpoint))
         return stream.foreach_batch(sink).start(engine_checkpoint=str(checkpoint / "engine"),
                                                 trigger={"once": True})
 
@@ -271,13 +166,6 @@ def side_by_side(spark: Any, root: Path, frames: list[pd.DataFrame], pauses: lis
             if index >= 2:
                 once(split, here, checkpoint)
     return reference, split
-
-
-def spark_state(spark: Any, checkpoint: Path, batch_id: int, **options: str) -> list[Any]:
-    reader = spark.read.format("statestore").option("batchId", batch_id)
-    for name, value in options.items():
-        reader = reader.option(name, value)
-    return list(reader.load(str(checkpoint)).collect())
 
 
 # ---- the tests -------------------------------------------------------------------------------
@@ -358,6 +246,7 @@ def test_pandas_processing_time_query_goes_on_here_with_its_state(spark: Any,
                                          "query is not declared by CountOnly.init()")
 
 
+@needs_row_api
 def test_row_based_event_time_query_goes_on_with_the_switch_after_the_command(spark: Any,
                                                                       tmp_path: Path) -> None:
     def events(*triples: tuple[str, float, int]) -> pd.DataFrame:
@@ -374,7 +263,7 @@ def test_row_based_event_time_query_goes_on_with_the_switch_after_the_command(sp
 
     def do_import(spark_checkpoint: Path, checkpoint: Path) -> None:
         status = cli_main(["import-state", str(spark_checkpoint), str(checkpoint),
-                           "--processor", f"{__name__}:SessionRows"], out=printed)
+                           "--processor", f"{SessionRows.__module__}:SessionRows"], out=printed)
         assert status == 0
 
     reference, split = side_by_side(spark, tmp_path, frames, [0, 0, 0, 0],
@@ -424,7 +313,7 @@ def test_rate_source_goes_on_from_the_next_row(spark: Any, tmp_path: Path) -> No
             time.sleep(PAUSE_S)
             stream = stateful(rates()).group_by("bucket").transformWithStateInPandas(
                 statefulProcessor=RateTotals(), outputStructType=RateTotals.OUTPUT,
-                outputMode="Update", timeMode="None", checkpoint=str(checkpoint))
+                outputMode="Update", timeMode="None", checkpoint_location=str(checkpoint))
             await_query(stream.foreach_batch(sink).start(trigger={"once": True}))
 
     assert sorted(b for b in batches if b > before) == [before + 1, before + 2]
@@ -468,7 +357,7 @@ def test_refuses_a_spark_checkpoint_that_did_not_stop_after_a_commit(
 
     capsys.readouterr()
     status = cli_main(["import-state", str(source), str(tmp_path / "dstl"),
-                       "--processor", f"{__name__}:Journey"], out=io.StringIO())
+                       "--processor", f"{Journey.__module__}:Journey"], out=io.StringIO())
     assert status == 2
     assert "batch 1 is in offsets/ but not in commits/" in capsys.readouterr().err
 

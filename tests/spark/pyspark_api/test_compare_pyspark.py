@@ -45,6 +45,7 @@ from tests.support.tws_scenarios import (
     TTL,
     Scenario,
 )
+from tests.support.versions import needs_row_api
 
 # Several queries per test, each start costing seconds on a loaded machine: a roomier limit.
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
@@ -69,6 +70,7 @@ def test_state_kinds_give_the_same_batches_as_pyspark(spark: Any, reference: Ref
     compare(spark, reference, scenario, tmp_path)
 
 
+@needs_row_api
 def test_row_based_top_k_gives_the_same_batches_as_pyspark_transform_with_state(
         spark: Any, reference: ReferenceRuns, tmp_path: Path) -> None:
     compare(spark, reference, TOP_K, tmp_path)

@@ -41,7 +41,7 @@ class Events:
         return (stateful(self.df if df is None else df).group_by("user")
                 .transformWithStateInPandas(processor or RunningCountPandas(), output,
                                             output_mode, time_mode,
-                                            checkpoint=self.checkpoint, **more))
+                                            checkpoint_location=self.checkpoint, **more))
 
 
 @pytest.fixture
@@ -170,4 +170,4 @@ def test_a_pyspark_processor_given_to_process_points_to_transform_with_state(
     with pytest.raises(StateVariableError, match=r"^RunningCountPandas is neither.*"
                                                  r"\.transformWithStateInPandas\(\.\.\.\)"):
         stateful(events.df).group_by("user").process(RunningCountPandas(), OUTPUT,
-                                                      checkpoint=events.checkpoint)
+                                                      checkpoint_location=events.checkpoint)

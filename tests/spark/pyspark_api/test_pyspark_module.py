@@ -22,6 +22,7 @@ from tests.support.compat_processors import (
     UsesDeletedState,
 )
 from tests.support.compat_runs import all_rows, input_stream, run_to_end, write_inputs
+from tests.support.versions import needs_available_now_timers
 
 pytestmark = pytest.mark.spark
 
@@ -51,7 +52,7 @@ def test_a_variable_used_after_delete_if_exists_raises_pysparks_runtime_error(
     stream = (stateful(pages(spark, tmp_path / "in", [("a", "x")])).group_by("user")
               .transformWithStateInPandas(UsesDeletedState(), "user string, raised string",
                                           "Update", "None",
-                                          checkpoint=str(tmp_path / "ckpt")))
+                                          checkpoint_location=str(tmp_path / "ckpt")))
     rows = all_rows(run_to_end(stream, {}))
     assert rows[0]["raised"].startswith("Error checking value state exists: state variable "
                                         "'temp' was deleted")
@@ -69,7 +70,7 @@ def test_a_keys_rows_arrive_in_frames_no_larger_than_sparks_arrow_limits(
         stream = (stateful(pages(spark, tmp_path / "in", [("a", "x"), ("a", "y"), ("a", "z")]))
                   .group_by("user").transformWithStateInPandas(
                       CountsFrames(), "user string, frames long", "Update", "None",
-                      checkpoint=str(tmp_path / "ckpt")))
+                      checkpoint_location=str(tmp_path / "ckpt")))
         assert all_rows(run_to_end(stream, {})) == [{"user": "a", "frames": frames}]
 
 
@@ -77,7 +78,7 @@ def test_a_bare_string_is_a_one_field_map_key_as_in_pyspark(spark: Any, tmp_path
     stream = (stateful(pages(spark, tmp_path / "in", [("a", "x"), ("a", "y"), ("a", "x")]))
               .group_by("user").transformWithStateInPandas(
                   BareStringMapKey(), "user string, pages long", "Update", "None",
-                  checkpoint=str(tmp_path / "ckpt")))
+                  checkpoint_location=str(tmp_path / "ckpt")))
     assert all_rows(run_to_end(stream, {})) == [{"user": "a", "pages": 2}]
 
 
@@ -91,16 +92,17 @@ def watermarked(spark: Any, directory: Path) -> Any:
         "ts", "10 seconds")
 
 
-@pytest.mark.parametrize(("mode", "smallest"), [("None", [20, 4, 2]),
-                                                ("ProcessingTime", [20, 4, 2]),
-                                                ("EventTime", [20, 4, 15])])
+@pytest.mark.parametrize(("mode", "smallest"), [
+    ("None", [20, 4, 2]),
+    pytest.param("ProcessingTime", [20, 4, 2], marks=needs_available_now_timers),
+    pytest.param("EventTime", [20, 4, 15], marks=needs_available_now_timers)])
 def test_late_rows_are_dropped_only_in_event_time(spark: Any, tmp_path: Path, mode: str,
                                                   smallest: list[int]) -> None:
     with session_conf(spark, "spark.sql.session.timeZone", "UTC"):
         stream = (stateful(watermarked(spark, tmp_path / "in")).group_by("user")
                   .transformWithStateInPandas(MinEventTime(), "user string, smallest long",
                                               "Update", mode,
-                                              checkpoint=str(tmp_path / "ckpt")))
+                                              checkpoint_location=str(tmp_path / "ckpt")))
         assert [r["smallest"] for r in all_rows(run_to_end(stream, {}))] == smallest
 
 
@@ -114,7 +116,7 @@ def test_timers_start_batches_without_data_only_when_spark_runs_such_batches(
         stream = (stateful(pages(spark, tmp_path / "in", [("a", "x")])).group_by("user")
                   .transformWithStateInPandas(RegistersTimer(), "user string", "Update",
                                               "ProcessingTime",
-                                              checkpoint=str(tmp_path / "ckpt")))
+                                              checkpoint_location=str(tmp_path / "ckpt")))
         query = stream.foreach_batch(lambda df, batch_id: None).start(
             trigger={"availableNow": True})
         query.awaitTermination()
@@ -129,6 +131,6 @@ def test_an_output_struct_with_non_null_fields_reaches_the_sink(spark: Any,
     stream = (stateful(pages(spark, tmp_path / "in", [("a", "x"), ("a", "y")]))
               .group_by("user").transformWithState(NestedNotNullOutput(),
                                                    NESTED_NOT_NULL_OUTPUT, "Update", "None",
-                                                   checkpoint=str(tmp_path / "ckpt")))
+                                                   checkpoint_location=str(tmp_path / "ckpt")))
     rows = all_rows(run_to_end(stream, {}))
     assert [(r["user"], r["value"]["id"], r["value"]["name"]) for r in rows] == [("a", 2, "n2")]

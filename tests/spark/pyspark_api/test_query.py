@@ -46,7 +46,7 @@ def test_running_count_in_pandas_counts_every_key_across_batches(spark: Any,
               .transformWithStateInPandas(statefulProcessor=RunningCountPandas(),
                                           outputStructType="user string, count long",
                                           outputMode="Update", timeMode="None",
-                                          checkpoint=str(tmp_path / "ckpt")))
+                                          checkpoint_location=str(tmp_path / "ckpt")))
     outputs = run_to_end(stream, {})
     assert outputs == {0: [{"user": "a", "count": 2}, {"user": "b", "count": 1}],
                        1: [{"user": "a", "count": 3}, {"user": "c", "count": 1}]}
@@ -58,7 +58,7 @@ def test_running_count_with_rows_counts_every_key_across_batches(spark: Any,
                                             [("a", "z"), ("c", "x")]))
     stream = (stateful(input_stream(spark, tmp_path / "in", USERS)).group_by("user")
               .transformWithState(RunningCountRows(), "user string, count long", "Append",
-                                  "None", checkpoint=str(tmp_path / "ckpt")))
+                                  "None", checkpoint_location=str(tmp_path / "ckpt")))
     outputs = run_to_end(stream, {})
     assert outputs == {0: [{"user": "a", "count": 2}, {"user": "b", "count": 1}],
                        1: [{"user": "a", "count": 3}, {"user": "c", "count": 1}]}
@@ -70,7 +70,8 @@ def test_list_and_map_state_keep_tuples_per_key(spark: Any, tmp_path: Path) -> N
     stream = (stateful(input_stream(spark, tmp_path / "in", USERS)).group_by("user")
               .transformWithStateInPandas(
                   PagesPerUser(), "user string, seen long, distinct long, first_visits long, "
-                  "has_first boolean", "Update", "None", checkpoint=str(tmp_path / "ckpt")))
+                  "has_first boolean", "Update", "None",
+                                          checkpoint_location=str(tmp_path / "ckpt")))
     outputs = run_to_end(stream, {})
     assert outputs == {
         0: [{"user": "a", "seen": 3, "distinct": 2, "first_visits": 2, "has_first": True}],
@@ -87,7 +88,7 @@ def test_list_state_put_append_and_clear(spark: Any, tmp_path: Path) -> None:
                                     "item string")).group_by("user")
               .transformWithStateInPandas(ListEditor(), "user string, items string, "
                                           "exists boolean", "Update", "None",
-                                          checkpoint=str(tmp_path / "ckpt")))
+                                          checkpoint_location=str(tmp_path / "ckpt")))
     rows = all_rows(run_to_end(stream, {}))
     assert [(r["items"], r["exists"]) for r in rows] == [
         ("1,2", True), ("3,3!", True), ("3,3!,4", True), ("", False)]
@@ -103,7 +104,7 @@ def test_map_state_with_tuple_keys_updates_removes_and_iterates(spark: Any,
                                     "n long")).group_by("user")
               .transformWithStateInPandas(MapEditor(), "user string, entries string, "
                                           "values string, exists boolean", "Update", "None",
-                                          checkpoint=str(tmp_path / "ckpt")))
+                                          checkpoint_location=str(tmp_path / "ckpt")))
     rows = all_rows(run_to_end(stream, {}))
     assert [(r["entries"], r["values"], r["exists"]) for r in rows] == [
         ("x/1=1;y/1=2", "1,2", True), ("x/1=5", "5", True), ("", "", False)]
@@ -114,7 +115,8 @@ def test_typed_state_comes_back_as_the_tuples_its_schema_describes(spark: Any,
     write_inputs(tmp_path / "in", frames_of([("a", "p"), ("b", "p")], [("a", "p"), ("b", "p")]))
     stream = (stateful(input_stream(spark, tmp_path / "in", USERS)).group_by("user")
               .transformWithStateInPandas(TypedStateRoundTrip(), "user string, read string",
-                                          "Update", "None", checkpoint=str(tmp_path / "ckpt")))
+                                          "Update", "None",
+                                          checkpoint_location=str(tmp_path / "ckpt")))
     outputs = run_to_end(stream, {})
     assert outputs[0] == []
     for row in outputs[1]:
@@ -134,7 +136,7 @@ def test_pandas_frames_have_pysparks_types_and_a_fresh_index(spark: Any,
     stream = (stateful(source).group_by("user")
               .transformWithStateInPandas(FrameProbe(), "dtypes string, index string, "
                                           "first string", "Update", "None",
-                                          checkpoint=str(tmp_path / "ckpt")))
+                                          checkpoint_location=str(tmp_path / "ckpt")))
     rows = run_to_end(stream, {})[0]
     assert {r["dtypes"] for r in rows} == {
         "user:object,n:int64,ratio:float64,ts:datetime64[ns],day:object"}
@@ -150,7 +152,7 @@ def test_row_processors_get_pyspark_rows(spark: Any, tmp_path: Path) -> None:
     source = input_stream(spark, tmp_path / "in", "user string, n long, ts timestamp")
     stream = (stateful(source).group_by("user")
               .transformWithState(RowProbe(), "kind string, row string", "Update", "None",
-                                  checkpoint=str(tmp_path / "ckpt")))
+                                  checkpoint_location=str(tmp_path / "ckpt")))
     rows = run_to_end(stream, {})[0]
     assert rows == [{"kind": "Row", "row": repr(_row(
         user="a", n=None, ts=dt.datetime(2024, 1, 1, 10, tzinfo=_zone("UTC"))))}]
@@ -190,7 +192,8 @@ def test_timestamp_and_date_keys_reach_pandas_processors_as_pyspark_passes_them(
     write_inputs(tmp_path / "in", keyed_frames())
     stream = (stateful(input_stream(los_angeles, tmp_path / "in", KEYED)).group_by("ts", "day")
               .transformWithStateInPandas(KeyProbe(), "kind string, key string", "Update",
-                                          "ProcessingTime", checkpoint=str(tmp_path / "ckpt")))
+                                          "ProcessingTime",
+                                          checkpoint_location=str(tmp_path / "ckpt")))
     rows = run_to_end(stream, {})[0]
     expected = repr((pd.Timestamp("2024-01-01 02:00"), dt.date(2024, 1, 1)))
     assert rows == [{"kind": "input", "key": expected}, {"kind": "timer", "key": expected}]
@@ -201,7 +204,7 @@ def test_timestamp_and_date_keys_reach_row_processors_as_pyspark_passes_them(
     write_inputs(tmp_path / "in", keyed_frames())
     stream = (stateful(input_stream(los_angeles, tmp_path / "in", KEYED)).group_by("ts", "day")
               .transformWithState(KeyProbe(rows=True), "kind string, key string", "Update",
-                                  "ProcessingTime", checkpoint=str(tmp_path / "ckpt")))
+                                  "ProcessingTime", checkpoint_location=str(tmp_path / "ckpt")))
     rows = run_to_end(stream, {})[0]
     expected = repr((dt.datetime(2024, 1, 1, 2, tzinfo=_zone("America/Los_Angeles")),
                      dt.date(2024, 1, 1)))
@@ -214,7 +217,8 @@ def test_naive_output_timestamps_are_read_in_the_session_time_zone(los_angeles: 
     instants: list[int] = []
     stream = (stateful(input_stream(los_angeles, tmp_path / "in", KEYED)).group_by("user")
               .transformWithStateInPandas(EchoTimestamps(), "user string, ts timestamp",
-                                          "Update", "None", checkpoint=str(tmp_path / "ckpt"))
+                                          "Update", "None",
+                                          checkpoint_location=str(tmp_path / "ckpt"))
               .foreach_batch(lambda df, _: instants.extend(
                   r[0] for r in df.selectExpr("unix_millis(ts)").collect())))
     query = stream.start(trigger={"availableNow": True})
@@ -230,7 +234,7 @@ def test_initial_state_frames_start_the_count_before_the_first_batch(spark: Any,
               .transformWithStateInPandas(CountFromInitialPandas(), "user string, count long, "
                                           "initial string", "Update", "None",
                                           initialState=initial.groupBy("id"),
-                                          checkpoint=str(tmp_path / "ckpt")))
+                                          checkpoint_location=str(tmp_path / "ckpt")))
     outputs = run_to_end(stream, {})
     assert outputs == {0: [{"user": "a", "count": 16, "initial": "start,id"},
                            {"user": "b", "count": 1, "initial": ""}],
@@ -245,7 +249,7 @@ def test_initial_state_rows_reach_row_processors_one_at_a_time(spark: Any,
               .transformWithState(CountFromInitialRows(), "user string, count long, "
                                   "initial_calls long", "Update", "None",
                                   initialState=initial.groupBy("user"),
-                                  checkpoint=str(tmp_path / "ckpt")))
+                                  checkpoint_location=str(tmp_path / "ckpt")))
     assert run_to_end(stream, {}) == {0: [{"user": "a", "count": 16, "initial_calls": 2}]}
 
 
@@ -255,7 +259,8 @@ def test_delete_if_exists_removes_the_state_variable_of_every_key(spark: Any,
         write_inputs(tmp_path / "in", frames, start)
         stream = (stateful(input_stream(spark, tmp_path / "in", USERS)).group_by("user")
                   .transformWithStateInPandas(processor, "user string, existed boolean",
-                                              "Update", "None", checkpoint=str(tmp_path / "c")))
+                                              "Update", "None",
+                                              checkpoint_location=str(tmp_path / "c")))
         return run_to_end(stream, {})
 
     run(DropsOldState(drop=False), frames_of([("a", "x"), ("b", "x"), ("c", "x")]), 0)

@@ -45,7 +45,7 @@ def reminders(spark: Any, tmp_path: Path, delay_ms: int) -> StatefulStream:
             .transformWithStateInPandas(ProcessingTimeReminder(delay_ms),
                                         "user string, event string, at_ms long, "
                                         "timers string", "Update", "ProcessingTime",
-                                        checkpoint=str(tmp_path / "ckpt")))
+                                        checkpoint_location=str(tmp_path / "ckpt")))
 
 
 def test_processing_time_timer_fires_at_the_first_trigger_after_its_expiry(
@@ -68,7 +68,8 @@ def expiring(spark: Any, tmp_path: Path) -> StatefulStream:
     return (stateful(input_stream(spark, tmp_path / "in", USERS)).group_by("user")
             .transformWithStateInPandas(ExpiringValues(short_ms=1000, long_ms=60_000),
                                         "user string, short boolean, long boolean", "Update",
-                                        "ProcessingTime", checkpoint=str(tmp_path / "ckpt")))
+                                        "ProcessingTime",
+                                        checkpoint_location=str(tmp_path / "ckpt")))
 
 
 def test_ttl_duration_ms_sets_the_expiry_in_milliseconds(spark: Any, tmp_path: Path) -> None:
@@ -99,7 +100,7 @@ def probe_timer_values(spark: Any, tmp_path: Path, mode: str) -> tuple[StatefulS
     stream = (stateful(input_stream(spark, tmp_path / "in", USERS)).group_by("user")
               .transformWithStateInPandas(TimerValuesProbe(), "processing_ms long, "
                                           "watermark_ms long", "Update", mode,
-                                          checkpoint=str(tmp_path / "ckpt")))
+                                          checkpoint_location=str(tmp_path / "ckpt")))
     [row] = run_to_end(stream, {})[0]
     return stream, row
 

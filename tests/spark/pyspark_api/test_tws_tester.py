@@ -58,7 +58,7 @@ def test_this_backend_closes_the_session_once_the_watermark_passes_its_end(
               .transformWithStateInPandas(EventTimeSessions(GAP_MS),
                                           "user string, session_end_ms long, events long, "
                                           "fired_ms long", "Append", "EventTime",
-                                          checkpoint=str(tmp_path / "ckpt")))
+                                          checkpoint_location=str(tmp_path / "ckpt")))
     outputs = run_to_end(stream, {})
     assert [row for batch_id in sorted(outputs) for row in outputs[batch_id]] == SESSIONS
     assert [p.watermark_ms for p in stream.progress][1:] == WATERMARKS
@@ -89,7 +89,7 @@ def test_this_backend_counts_rows_per_key(spark: Any, tmp_path: Path) -> None:
     stream = (stateful(input_stream(spark, tmp_path / "in", "user string, page string"))
               .group_by("user")
               .transformWithState(RunningCountRows(), "user string, count long", "Update",
-                                  "None", checkpoint=str(tmp_path / "ckpt")))
+                                  "None", checkpoint_location=str(tmp_path / "ckpt")))
     outputs = run_to_end(stream, {})
     assert [outputs[batch_id] for batch_id in sorted(outputs)] == COUNTS
     state = read_state(spark, str(tmp_path / "ckpt")).toPandas()

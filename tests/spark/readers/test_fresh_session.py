@@ -57,7 +57,7 @@ def test_dstl_state_reads_a_checkpoint_in_a_fresh_session_without_an_import(
     frame = make_batches(1, rows=80, keys=15, seed=51)[0]
     df = spark.createDataFrame(frame)
     stream = (stateful(df).group_by("user")
-              .process(CountProcessor(), COUNT_SCHEMA, checkpoint=str(tmp_path / "ckpt"),
+              .process(CountProcessor(), COUNT_SCHEMA, checkpoint_location=str(tmp_path / "ckpt"),
                        partitions=2))
     stream.run_batch(df, 0)
     settings = {k: v for k, v in session_settings().items()

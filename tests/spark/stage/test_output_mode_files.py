@@ -49,7 +49,7 @@ def test_the_sink_sees_exactly_the_stage_output_and_the_files_go_after_each_batc
     write_batches(tmp_path / "in", frames)
     outputs: Outputs = {}
     stream = run_files(spark, tmp_path / "in", tmp_path / "ckpt", outputs=outputs,
-                       partitions=3, conf=FILES)
+                       partitions=3, settings=FILES)
     for batch_id in range(3):
         assert outputs[batch_id] == latest_counts(frames[: batch_id + 1])
     assert [p.output_rows for p in stream.progress] == [len(outputs[b]) for b in range(3)]
@@ -62,7 +62,8 @@ def test_a_task_retried_after_writing_its_output_file_adds_no_rows(
     frames = make_batches(2, rows=300, keys=80, seed=22)
     operator = (stateful(batch_frame(spark, frames[0])).group_by("user")
                 .process(FailAfterCommitProcessor(), COUNT_SCHEMA,
-                         checkpoint=str(tmp_path / "ckpt"), partitions=2, conf=FILES).operator)
+                         checkpoint_location=str(tmp_path / "ckpt"), partitions=2,
+                         settings=FILES).operator)
     for batch_id, frame in enumerate(frames):
         result = operator.execute(batch_frame(spark, frame), batch_id)
         assert result.stats[0]["attempt"] == 1
@@ -86,8 +87,9 @@ def test_the_driver_receives_the_meta_rows_only(spark: Any, tmp_path: Path) -> N
     received = {}
     for mode in ("files", "collect"):
         operator = (stateful(batch_frame(spark, frame)).group_by("user")
-                    .process(CountProcessor(), COUNT_SCHEMA, checkpoint=str(tmp_path / mode),
-                             partitions=2, conf={**FILES, "query.outputMode": mode}).operator)
+                    .process(CountProcessor(), COUNT_SCHEMA,
+                             checkpoint_location=str(tmp_path / mode),
+                             partitions=2, settings={**FILES, "query.outputMode": mode}).operator)
         result = operator.execute(batch_frame(spark, frame), 0)
         assert operator.output_frame(spark, result).count() == rows
         received[mode] = result.driver_bytes
@@ -110,15 +112,15 @@ def test_files_mode_on_the_s3_api_survives_a_failed_output_upload(
                                 times=1))
     outputs: Outputs = {}
     stream = (stateful(file_stream(spark, tmp_path / "in")).group_by("user")
-              .process(CountProcessor(), COUNT_SCHEMA, checkpoint=s3.url, partitions=2,
-                       conf=settings)
+              .process(CountProcessor(), COUNT_SCHEMA, checkpoint_location=s3.url, partitions=2,
+                       settings=settings)
               .foreach_batch(collecting_sink(outputs)))
     stream.start(trigger={"availableNow": True}).awaitTermination()
     assert [p.batch_id for p in stream.progress] == [0, 1, 2]
     assert outputs[2] == latest_counts(frames)
     assert s3.proxy.count("PUT", "/output/") >= 2 * 3 + 1  # every file, one refused once
     assert [k for k in s3.direct_keys() if k.startswith("output/")] == []
-    assert stored_counts(spark, s3.url, conf=settings) == count_model(frames)
+    assert stored_counts(spark, s3.url, settings=settings) == count_model(frames)
 
 
 def test_a_batch_run_again_after_its_commit_gives_the_sink_the_same_rows(
@@ -127,13 +129,13 @@ def test_a_batch_run_again_after_its_commit_gives_the_sink_the_same_rows(
     write_batches(tmp_path / "in", frames)
     outputs: Outputs = {}
     run_files(spark, tmp_path / "in", tmp_path / "ckpt", outputs=outputs, partitions=2,
-              conf=FILES)
+              settings=FILES)
     first = dict(outputs[3])
     # a driver that died after this library's commit entry and before the engine's commit
     engine_commits = tmp_path / "ckpt" / "engine" / "commits"
     (engine_commits / "3").unlink()
     (engine_commits / ".3.crc").unlink(missing_ok=True)
-    stream = run_files(spark, tmp_path / "in", tmp_path / "ckpt", outputs=outputs, conf=FILES)
+    stream = run_files(spark, tmp_path / "in", tmp_path / "ckpt", outputs=outputs, settings=FILES)
     assert [(p.batch_id, p.commit_path) for p in stream.progress] == [(3, "commits/3.1")]
     assert outputs[3] == first == latest_counts(frames)
     assert stored_counts(spark, str(tmp_path / "ckpt")) == count_model(frames)
@@ -144,14 +146,14 @@ def test_output_files_of_attempts_that_finished_late_go_at_cleanup(
         spark: Any, tmp_path: Path) -> None:
     frames = make_batches(3, rows=200, keys=50, seed=25)
     write_batches(tmp_path / "in", frames[:1])
-    run_files(spark, tmp_path / "in", tmp_path / "ckpt", partitions=2, conf=FILES)
+    run_files(spark, tmp_path / "in", tmp_path / "ckpt", partitions=2, settings=FILES)
     # what a speculative attempt of batch 0 that finished after the batch leaves behind
     late = tmp_path / "ckpt" / "output" / "stateful" / "0" / "1-late-attempt.arrows"
     late.parent.mkdir(parents=True, exist_ok=True)
     late.write_bytes(b"rows of an attempt nobody reads")
     write_batches(tmp_path / "in", frames[1:], start=1)
     stream = run_files(spark, tmp_path / "in", tmp_path / "ckpt",
-                       conf={**FILES, "query.cleanupInterval": "1"})
+                       settings={**FILES, "query.cleanupInterval": "1"})
     assert not late.exists()
     assert sum(p.cleanup_deleted_files for p in stream.progress) >= 1
     assert output_files(tmp_path / "ckpt") == []
@@ -161,9 +163,9 @@ def test_small_outputs_come_with_the_meta_rows_and_write_no_file(spark: Any,
                                                                   tmp_path: Path) -> None:
     frames = make_batches(2, rows=300, keys=80, seed=26)
     operator = (stateful(batch_frame(spark, frames[0])).group_by("user")
-                .process(CountProcessor(), COUNT_SCHEMA, checkpoint=str(tmp_path / "ckpt"),
-                         partitions=2, conf={"query.outputMode": "files",
-                                             "query.outputInlineBytes": "1m"}).operator)
+                .process(CountProcessor(), COUNT_SCHEMA, checkpoint_location=str(tmp_path / "ckpt"),
+                         partitions=2, settings={"query.outputMode": "files",
+                                                 "query.outputInlineBytes": "1m"}).operator)
     for batch_id, frame in enumerate(frames):
         result = operator.execute(batch_frame(spark, frame), batch_id)
         assert output_files(tmp_path / "ckpt") == []

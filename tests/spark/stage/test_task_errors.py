@@ -26,7 +26,7 @@ pytestmark = pytest.mark.spark
 def failure_of(spark: Any, root: Path, processor: Any) -> StatefulTaskError:
     write_batches(root / "in", make_batches(1, rows=60, keys=8, seed=41))
     query = (stateful(file_stream(spark, root / "in")).group_by("user")
-             .process(processor, COUNT_SCHEMA, checkpoint=str(root / "ckpt"), partitions=2)
+             .process(processor, COUNT_SCHEMA, checkpoint_location=str(root / "ckpt"), partitions=2)
              .start(trigger={"availableNow": True}))
     with pytest.raises(StatefulTaskError) as raised:
         query.awaitTermination()
@@ -56,7 +56,8 @@ def test_wrong_output_type_names_the_column_first(spark: Any, tmp_path: Path) ->
 def test_a_batch_run_directly_raises_the_task_error_itself(spark: Any, tmp_path: Path) -> None:
     frame = spark.createDataFrame(make_batches(1, rows=40, keys=8, seed=42)[0])
     stream = (stateful(frame).group_by("user")
-              .process(FailOnKeyProcessor(), COUNT_SCHEMA, checkpoint=str(tmp_path / "ckpt"),
+              .process(FailOnKeyProcessor(), COUNT_SCHEMA,
+                       checkpoint_location=str(tmp_path / "ckpt"),
                        partitions=2))
     with pytest.raises(StatefulTaskError, match=r"^FailOnKeyProcessor on key \(user='user-3'\)"):
         stream.run_batch(frame, 0)

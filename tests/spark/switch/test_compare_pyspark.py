@@ -29,13 +29,15 @@ from tests.support.tws_scenarios import (
     TOP_K,
     Scenario,
 )
+from tests.support.versions import needs_row_api
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 
 
 
-@pytest.mark.parametrize("scenario", [MAP_STATE, INITIAL_STATE, TOP_K, EVENT_TIMERS],
-                         ids=lambda s: s.name)
+@pytest.mark.parametrize("scenario", [
+    MAP_STATE, INITIAL_STATE, pytest.param(TOP_K, marks=needs_row_api),
+    pytest.param(EVENT_TIMERS, marks=pytest.mark.version)], ids=lambda s: s.name)
 def test_the_switched_query_gives_the_same_batches_as_pyspark(
         spark: Any, reference: ReferenceRuns, scenario: Scenario, tmp_path: Path) -> None:
     expected = reference.get(scenario)
@@ -43,6 +45,7 @@ def test_the_switched_query_gives_the_same_batches_as_pyspark(
     assert_same_batches(expected, actual)
 
 
+@pytest.mark.version
 def test_switched_processing_time_timers_fire_as_pysparks_across_restarts(
         spark: Any, tmp_path: Path) -> None:
     runs = run_steps(spark, PROCESSING_TIMERS, Workspace(tmp_path),

@@ -77,6 +77,7 @@ def test_the_console_sink_prints_each_batch(dropin: Any, tmp_path: Path,
     assert "Batch: 0" in printed and "|   a|    2|" in printed
 
 
+@pytest.mark.version
 def test_the_parquet_sink_writes_sparks_sink_log_and_a_restart_continues_the_state(
         dropin: Any, tmp_path: Path) -> None:
     output, checkpoint = str(tmp_path / "out"), str(tmp_path / "ckpt")

@@ -13,6 +13,7 @@ import pyspark_dstl
 from pyspark_dstl import DropInUsageError, DstlError, StatefulDataFrame
 from tests.support.compat_processors import RunningCountPandas, RunningCountRows
 from tests.support.compat_runs import input_stream, write_inputs
+from tests.support.versions import needs_row_api
 
 pytestmark = pytest.mark.spark
 
@@ -25,6 +26,7 @@ def users_stream(spark: Any, directory: Path) -> Any:
     return input_stream(spark, directory, USERS)
 
 
+@pytest.mark.version
 def test_install_routes_a_streaming_transform_with_state_in_pandas_here(
         dropin: Any, tmp_path: Path) -> None:
     counts = users_stream(dropin, tmp_path / "in").groupBy("user").transformWithStateInPandas(
@@ -33,6 +35,8 @@ def test_install_routes_a_streaming_transform_with_state_in_pandas_here(
     assert counts.isStreaming and counts.columns == ["user", "count"]
 
 
+@pytest.mark.version
+@needs_row_api
 def test_install_routes_the_row_based_transform_with_state_here(dropin: Any,
                                                                 tmp_path: Path) -> None:
     counts = users_stream(dropin, tmp_path / "in").groupBy("user").transformWithState(
@@ -41,6 +45,7 @@ def test_install_routes_the_row_based_transform_with_state_here(dropin: Any,
     assert isinstance(counts, StatefulDataFrame)
 
 
+@pytest.mark.version
 def test_a_batch_dataframe_keeps_pysparks_own_operator(dropin: Any) -> None:
     batch = dropin.createDataFrame([("a", "x"), ("a", "y")], USERS)
     counts = batch.groupBy("user").transformWithStateInPandas(
@@ -49,6 +54,7 @@ def test_a_batch_dataframe_keeps_pysparks_own_operator(dropin: Any) -> None:
     assert [tuple(r) for r in counts.collect()] == [("a", 2)]
 
 
+@pytest.mark.version
 def test_install_twice_changes_nothing_and_uninstall_restores_pyspark(spark: Any,
                                                                       tmp_path: Path) -> None:
     from pyspark.sql.group import GroupedData
@@ -84,6 +90,7 @@ def test_grouping_by_an_expression_is_refused_with_the_fix(dropin: Any, tmp_path
             RunningCountPandas(), COUNTS, "Update", "None")
 
 
+@pytest.mark.version
 def test_a_wrong_argument_fails_at_the_call_with_pysparks_argument_names(
         dropin: Any, tmp_path: Path) -> None:
     stream = users_stream(dropin, tmp_path / "in")
@@ -105,7 +112,7 @@ def test_the_builder_names_a_trigger_given_as_a_string(spark: Any, tmp_path: Pat
     from tests.support.spark import COUNT_SCHEMA, CountProcessor
 
     stream = stateful(users_stream(spark, tmp_path / "in")).group_by("user").process(
-        CountProcessor(), COUNT_SCHEMA, checkpoint=str(tmp_path / "ckpt"))
+        CountProcessor(), COUNT_SCHEMA, checkpoint_location=str(tmp_path / "ckpt"))
     with pytest.raises(ConfigError, match=r"trigger='10 seconds': .*'processingTime'"):
         stream.start(trigger="10 seconds")  # type: ignore[arg-type]
 
@@ -116,6 +123,6 @@ def test_the_builder_names_a_batch_dataframe_given_to_start(spark: Any, tmp_path
 
     batch = spark.createDataFrame([("a", 1)], "user string, v long")
     stream = stateful(batch).group_by("user").process(CountProcessor(), COUNT_SCHEMA,
-                                                       checkpoint=str(tmp_path / "ckpt"))
+                                                       checkpoint_location=str(tmp_path / "ckpt"))
     with pytest.raises(ConfigError, match=r"batch DataFrame.*run_batch"):
         stream.start()

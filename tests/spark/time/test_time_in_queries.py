@@ -26,6 +26,7 @@ from tests.support.time_processors import (
     KeyEcho,
     VectorizedInactivitySessions,
 )
+from tests.support.versions import needs_available_now_timers
 
 pytestmark = pytest.mark.spark
 
@@ -46,7 +47,7 @@ def run_sessions(spark: Any, inputs: Path, checkpoint: Path, processor: Any = No
                  outputs: Batches | None = None) -> StatefulStream:
     stream = (stateful(event_stream(spark, inputs)).group_by("user")
               .process(processor or InactivitySessions(), SESSION_SCHEMA,
-                       checkpoint=str(checkpoint), time_mode="event_time", event_time="ts",
+                       checkpoint_location=str(checkpoint), time_mode="event_time", event_time="ts",
                        watermark_delay="10 seconds")
               .foreach_batch(batch_sink(outputs if outputs is not None else {})))
     query = stream.start(trigger={"availableNow": True})
@@ -55,6 +56,7 @@ def run_sessions(spark: Any, inputs: Path, checkpoint: Path, processor: Any = No
     return stream
 
 
+@needs_available_now_timers
 @pytest.mark.parametrize("processor", [InactivitySessions(), VectorizedInactivitySessions()],
                          ids=["per-key", "vectorized"])
 def test_silent_users_sessions_close_once_the_watermark_passes(
@@ -69,12 +71,14 @@ def test_silent_users_sessions_close_once_the_watermark_passes(
     assert [p.timers_fired for p in stream.progress] == [0, 0, 2, 0]
 
 
+@needs_available_now_timers
 def test_watermark_advance_alone_runs_a_batch_without_input(spark: Any, tmp_path: Path) -> None:
     write_event_files(tmp_path / "in", SILENT_USERS)
     stream = run_sessions(spark, tmp_path / "in", tmp_path / "ckpt")
     assert [p.input_rows for p in stream.progress] == [3, 1, 1, 0]
 
 
+@needs_available_now_timers
 def test_late_rows_are_dropped_and_counted(spark: Any, tmp_path: Path) -> None:
     frames = [events(("a", 100)), events(("b", 70)), events(("a", 89), ("b", 91))]
     write_event_files(tmp_path / "in", frames)
@@ -84,6 +88,7 @@ def test_late_rows_are_dropped_and_counted(spark: Any, tmp_path: Path) -> None:
     assert stream.progress[2].input_rows == 2
 
 
+@needs_available_now_timers
 def test_watermark_and_pending_timers_survive_a_restart(spark: Any, tmp_path: Path) -> None:
     write_event_files(tmp_path / "whole", SILENT_USERS)
     uninterrupted: Batches = {}
@@ -103,13 +108,14 @@ def test_watermark_and_pending_timers_survive_a_restart(spark: Any, tmp_path: Pa
     assert list(resumed.values()) == list(uninterrupted.values())
 
 
+@pytest.mark.version
 def test_processing_time_timer_fires_at_a_later_trigger_without_input(
         spark: Any, tmp_path: Path) -> None:
     write_event_files(tmp_path / "in", [events(("a", 0))])
     outputs: Batches = {}
     stream = (stateful(event_stream(spark, tmp_path / "in")).group_by("user")
               .process(Alarm(delay_ms=1500), "user string, event string, batch long",
-                       checkpoint=str(tmp_path / "ckpt"), time_mode="processing_time")
+                       checkpoint_location=str(tmp_path / "ckpt"), time_mode="processing_time")
               .foreach_batch(batch_sink(outputs)))
     query = stream.start(trigger={"processingTime": "200 milliseconds"})
     try:
@@ -132,7 +138,7 @@ def test_initial_state_is_applied_once_before_the_first_batch(
     outputs: Batches = {}
     stream = (stateful(event_stream(spark, tmp_path / "in")).group_by("user")
               .process(CountFromInitial(), "user string, count long",
-                       checkpoint=str(tmp_path / "ckpt"),
+                       checkpoint_location=str(tmp_path / "ckpt"),
                        initial_state=initial.groupBy("user"))
               .foreach_batch(batch_sink(outputs)))
     query = stream.start(trigger={"availableNow": True})
@@ -149,7 +155,7 @@ def test_timestamp_and_date_columns_group_like_any_key(spark: Any, tmp_path: Pat
     outputs: Batches = {}
     df = event_stream(spark, tmp_path / "in", "day date, ts timestamp")
     query = (stateful(df).group_by("day", "ts")
-             .process(KeyEcho(), "key string, n long", checkpoint=str(tmp_path / "ckpt"))
+             .process(KeyEcho(), "key string, n long", checkpoint_location=str(tmp_path / "ckpt"))
              .foreach_batch(batch_sink(outputs)).start(trigger={"availableNow": True}))
     query.awaitTermination()
     assert [n for _, n in outputs[0]] == [2, 1]
@@ -169,14 +175,14 @@ def test_event_time_column_must_be_a_timestamp(spark: Any, tmp_path: Path) -> No
     df = event_stream(spark, tmp_path, "user string, ts long")
     with pytest.raises(ConfigError, match="event_time: column 'ts' has type long"):
         stateful(df).group_by("user").process(
-            InactivitySessions(), SESSION_SCHEMA, checkpoint=str(tmp_path / "c"),
+            InactivitySessions(), SESSION_SCHEMA, checkpoint_location=str(tmp_path / "c"),
             time_mode="event_time", event_time="ts", watermark_delay="1 minute")
 
 
 def test_watermark_set_with_with_watermark_is_used(spark: Any, tmp_path: Path) -> None:
     df = event_stream(spark, tmp_path).withWatermark("ts", "2 minutes")
     stream = stateful(df).group_by("user").process(
-        InactivitySessions(), SESSION_SCHEMA, checkpoint=str(tmp_path / "c"),
+        InactivitySessions(), SESSION_SCHEMA, checkpoint_location=str(tmp_path / "c"),
         time_mode="EventTime")
     time_spec = stream.operator.spec.time
     assert (time_spec.event_time_column, time_spec.watermark_delay_ms) == ("ts", 120_000)
@@ -185,7 +191,7 @@ def test_watermark_set_with_with_watermark_is_used(spark: Any, tmp_path: Path) -
 def test_bad_ttl_fails_on_the_driver_naming_the_state(spark: Any, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="ttl of seen"):
         stateful(event_stream(spark, tmp_path)).group_by("user").process(
-            BadTtl(), SESSION_SCHEMA, checkpoint=str(tmp_path / "c"))
+            BadTtl(), SESSION_SCHEMA, checkpoint_location=str(tmp_path / "c"))
 
 
 def test_a_batch_run_again_after_its_commit_keeps_its_processing_time(
@@ -193,7 +199,8 @@ def test_a_batch_run_again_after_its_commit_keeps_its_processing_time(
     batch = spark.createDataFrame(events(("a", 0)))
     outputs: Batches = {}
     stream = (stateful(batch).group_by("user")
-              .process(ClockEcho(), "user string, now long", checkpoint=str(tmp_path / "c"),
+              .process(ClockEcho(), "user string, now long",
+                       checkpoint_location=str(tmp_path / "c"),
                        time_mode="processing_time")
               .foreach_batch(batch_sink(outputs)))
     stream.run_batch(batch, 0)

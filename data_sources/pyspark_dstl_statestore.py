@@ -1,0 +1,7 @@
+"""PySpark finds the "dstl-statestore" source here: its data source lookup imports every top-
+level module named `pyspark_*` with a `DefaultSource` (one per module; pyspark_dstl's is
+"dstl-state")."""
+
+from pyspark_dstl.spark.readers.statestore import StateStoreSource as DefaultSource
+
+__all__ = ["DefaultSource"]
