@@ -21,6 +21,8 @@ ENV_VAR = "DSTL_KILL_POINT"
 POINTS = (
     "changelog_persist_before",  # a commit is about to upload its changelog
     "changelog_persist_after",  # the changelog is durable, the commit not yet reported
+    "stage_done",  # one operator's stage of a batch committed its stores; the stages of the
+    # operators chained after it, the sink and the commit log entry are still to come
     "commit_log_before",  # every store committed, the commit log entry not yet written
     "commit_log_after",  # the commit log entry is durable, the writer not yet told
     "cleanup_delete",  # cleanup is about to delete one store's batch of files

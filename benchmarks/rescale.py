@@ -11,8 +11,8 @@ round, from cold local directories:
 - rescale: `python -m pyspark_dstl rescale`'s work on it, to `to` partitions, by moving ranges
   of key groups (backend/rescale/ranges.py): old stores restored, each new store a clipped
   RocksDB checkpoint of the old store it overlaps most plus the other's share copied as a
-  range, committed as a snapshot whose files the old store already had are copied inside the
-  storage instead of uploaded;
+  range, committed as a snapshot that names the files the old store already had where they
+  are (nothing uploaded or copied for them);
 - migration: the one-time migration of the hash-layout checkpoint to key groups over `to`
   partitions (every key decoded, hashed in numpy, given its group and ingested into its new
   store; the new stores committed as snapshots).
@@ -300,22 +300,22 @@ def tabulate(report: Report, kind: str, results: dict[str, list[dict[str, Any]]]
         first = results[label][0]
         uploaded = first["bytes_uploaded"] if label == "rescale" else first["bytes_written"]
         rows.append([names[label], timed["n"], timed["p50"], timed["min"], timed["max"],
-                     first["bytes_read"] / 1e6, uploaded / 1e6, first["bytes_copied"] / 1e6,
+                     first["bytes_read"] / 1e6, uploaded / 1e6, first["bytes_shared"] / 1e6,
                      _wire(first), ratio(timed["p50"], restore["p50"])])
     report.table(f"Rescale vs restore on {kind}:// of {plan['keys']:,} keys",
                  ["operation", "n", "p50 s", "min s", "max s", "read MB", "uploaded MB",
-                  "copied in storage MB", "on the wire MB (S3)", "time vs restore"], rows)
+                  "old files named in place MB", "on the wire MB (S3)", "time vs restore"], rows)
     phases = [[name, summarize([r[f"{name}_seconds"] for r in results["rescale"]])["p50"]]
               for name in ("load", "clip", "copy", "write")]
     report.table(f"Range rescale phases on {kind}:// (p50 s, summed over the stores worked on "
                  f"at once): load = restore the old stores; clip = RocksDB checkpoint of the "
                  f"base store and range deletes; copy = the other old store's share as a range; "
-                 f"write = snapshots of the new stores (files of the base copied in storage)",
+                 f"write = snapshots of the new stores (files of the base named in place)",
                  ["phase", "p50 s"], phases)
     copied = results["rescale"][0]
     report.note(f"{kind}: the range rescale copied {copied['keys_copied']:,} keys one by one "
                 f"(the shares of the other old stores and the timer index), "
-                f"{copied['files_shared']} files inside the storage")
+                f"{copied['files_shared']} old files named in place")
     value = ratio(summarize([r["seconds"] for r in results["rescale"]])["p50"], restore["p50"])
     report.goal(f"9. rescale {plan['from']} -> {plan['to']} of {plan['keys']:,} keys ({kind})",
                 "rescale <= 1.5x a restore of the same state", f"{value:.2f}x restore", value,
@@ -339,10 +339,10 @@ def main(argv: Sequence[str] | None = None) -> None:
                                  "s3_latency_model": S3_LATENCY.to_dict(),
                                  "s3_latency_model_text": S3_LATENCY.describe()})
     report.note("read MB: snapshot and changelog bytes of the checkpoints loaded; uploaded MB: "
-                "snapshot bytes sent by this process; copied in storage MB: snapshot files "
-                "copied from the old stores' snapshots inside the storage (a hard link on "
-                "file://, CopyObject on S3); on the wire: both directions at the S3 proxy, "
-                "requests included")
+                "snapshot bytes sent by this process; old files named in place MB: the old "
+                "stores' snapshot files the new snapshots name where they are (neither sent "
+                "nor copied); on the wire: both directions at the S3 proxy, requests "
+                "included")
     measured: dict[str, dict[str, list[dict[str, Any]]]] = {}
     with profiled(args):
         for kind in kinds:

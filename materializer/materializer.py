@@ -40,7 +40,7 @@ from pyspark_dstl.materializer.upload.uploader import SnapshotUploader
 COUNTERS = (
     "snapshots_started", "snapshots_succeeded", "snapshots_failed", "checkpoint_seconds_total",
     "files_uploaded", "bytes_uploaded", "files_reused", "bytes_reused", "reused_missing",
-    "files_copied", "bytes_copied",
+    "files_referenced", "bytes_referenced",
     "file_upload_failures", "decisions_periodic", "decisions_backstop", "backstop_wait_seconds",
     "restores", "restore_seconds_total", "restore_files_downloaded", "restore_bytes_downloaded",
     "restore_files_from_cache", "cache_corrupt_entries", "checks_missing_files",
@@ -69,10 +69,10 @@ class Materializer:
         self._metrics = Metrics(COUNTERS)
         self._checksums = checksums if checksums is not None else ChecksumCache()
         self._uploaded = UploadedFiles()
-        self._copyable = UploadedFiles()
+        self._shared = UploadedFiles()
         self._uploader = SnapshotUploader(storage, self._uploaded, self._checksums,
                                           self._metrics, settings.upload_parallelism,
-                                          self._copyable)
+                                          self._shared)
         self._restorer = SnapshotRestorer(storage, settings.restore_parallelism,
                                           self._checksums, self._metrics)
         self._pool = ThreadPoolExecutor(settings.worker_threads,
@@ -112,15 +112,17 @@ class Materializer:
         with self._lock:
             self._stores.pop(store_id, None)
         self._uploaded.forget(store_id)
-        self._copyable.forget(store_id)
+        self._shared.forget(store_id)
 
-    def offer_copies(self, store_id: str, files: Iterable[SnapshotFile]) -> None:
-        """Let the next snapshots of `store_id` copy these verified remote files of another
-        store's snapshot on the storage side, into their own folder, when a local file is
-        identical (name, size, CRC-32 as the other manifest records them), instead of
-        uploading it: a rescale's new store starts as a copy of an old store's files."""
+    def offer_references(self, store_id: str, files: Iterable[SnapshotFile]) -> None:
+        """Let the next snapshots of `store_id` name these verified remote files of another
+        store's snapshot in place when a local file is identical (name, size, CRC-32 as the
+        other manifest records them), instead of uploading or copying it: a rescale's new
+        store starts from an old store's files. Cleanup, verify and the orphan scan count
+        references across the stores of a checkpoint location, so the files stay while any
+        kept manifest names them."""
         for file in files:
-            self._copyable.add(store_id, file.key, file.dfs_path)
+            self._shared.add(store_id, file.key, file.dfs_path)
 
     # --- scheduling ------------------------------------------------------------------------
 

@@ -148,13 +148,20 @@ def _run(args: argparse.Namespace, storage: ChangelogService, fencing: FencingSe
          out: TextIO) -> int:
     if args.command == "inspect":
         report = _with_moves(inspect_checkpoint(storage), storage)
+        report["operators"] = _operators(storage)
         text = format_inspection(report)
         lines = [f"move: {move}" for move in report["moves"]]
         if report["spark_stores"]:
             lines.append(f"Spark's own state of the moved query, kept as Spark left it (not "
                          f"this backend's): {', '.join(report['spark_stores'])}")
+        operators = [
+            f"operator {op['name']} ({op['kind']}{': ' + op['label'] if op['label'] else ''}"
+            f"): step {op['position']} of the chain, Spark operator id "
+            f"{op['spark_operator_id']}, {op['partitions']} partition(s)"
+            for op in report["operators"]]
         print(json.dumps(report, indent=1) if args.json
-              else "\n".join([*text.splitlines()[:1], *lines, *text.splitlines()[1:]]),
+              else "\n".join([*text.splitlines()[:1], *lines, *text.splitlines()[1:],
+                              *operators]),
               file=out)
         return 0
     if args.command in ("rescale", "takeover"):
@@ -173,6 +180,18 @@ def _run(args: argparse.Namespace, storage: ChangelogService, fencing: FencingSe
     print(json.dumps(_cleanup_dict(cleanup), indent=1) if args.json
           else _format_cleanup(cleanup), file=out)
     return 1 if cleanup.problems else 0
+
+
+def _operators(storage: ChangelogService) -> list[dict[str, object]]:
+    """The query's operators at the newest batch (the first stateful step and the steps
+    chained after it); none when no entry can be read (inspect reports that problem)."""
+    from pyspark_dstl.spark.operator_list import describe_operators
+
+    try:
+        latest = CommitLog(storage).latest()
+    except DstlError:
+        return []
+    return describe_operators(latest[1]) if latest is not None else []
 
 
 def _with_moves(report: dict[str, Any], storage: ChangelogService) -> dict[str, Any]:
@@ -272,7 +291,7 @@ def _rescale(args: argparse.Namespace, storage: ChangelogService, fencing: Fenci
                  if record["migration"] else
                  f"{record['bytes_read']} bytes read, {record['keys_copied']} key(s) copied "
                  f"one by one, {record['bytes_uploaded']} bytes uploaded and "
-                 f"{record['bytes_copied']} copied inside the storage")
+                 f"{record['bytes_shared']} of old stores' files named in place")
         print(f"{done} operator {record['operator']!r} at batch {record['batch_id']} from "
               f"{record['from_partitions']} to {record['to_partitions']} partition(s) "
               f"({record['method']}): {moved}, {record['seconds']:.2f} s; new layout in "

@@ -63,6 +63,24 @@ class StateSchemaError(DstlSparkError, ValueError):
     variable, the field, the old and the new type, and what to do."""
 
 
+class LateOutputRowError(DstlSparkError, ValueError):
+    """A transformWithState step with an eventTimeColumnName emitted a row whose event time is
+    at or before the watermark for late events (Spark's
+    EMITTING_ROWS_OLDER_THAN_WATERMARK_NOT_ALLOWED); names the step, the column, the row's
+    time and the watermark."""
+
+
+class ChainedStepError(DstlSparkError, ValueError):
+    """A stateful step after the first one cannot run as written (a step kind, aggregate
+    function or output mode that Spark refuses or this backend does not support); raised
+    where the step is written or where the query starts, naming the step and what to do."""
+
+
+class AggregateOverflowError(DstlSparkError, ArithmeticError):
+    """A chained aggregation's sum left the range of its type (Spark's default ANSI mode fails
+    the same way); names the aggregate."""
+
+
 class MoveError(DstlSparkError):
     """Root of the errors of moves between Spark's own operator and this backend (import-state,
     the in-place move, export-state, a location that another engine owns); line one names the
@@ -84,6 +102,8 @@ class LocationMovedError(MoveError):
 class MoveRecordError(MoveError):
     """A move record under `<location>/moves/` or a move marker in Spark's offset log cannot
     be read; names the file."""
+
+
 class PySparkVersionError(DstlSparkError):
     """A feature the installed PySpark (or the Spark behind a Connect session) does not have;
     names the feature, the version, the first version that has it and what to use instead."""

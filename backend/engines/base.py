@@ -14,6 +14,7 @@ from rocksdict import Checkpoint, Rdict
 
 from pyspark_dstl.backend.engines.columns import ColumnBlock
 from pyspark_dstl.backend.engines.records import CF_SEPARATOR, OP_PUT, cf_prefix
+from pyspark_dstl.backend.engines.sst_build import SortedRun, run_items
 
 Write = tuple[bytes, bytes | None]  # physical key, value or None for a delete
 # physical key prefix, user key -> value or None for a delete, whether it may hold deletes
@@ -59,6 +60,20 @@ class Engine(ABC):
         atomically: replay's coalesced change sets (lineage/latest.py). `deletes=False`
         promises no None values."""
         self.apply(zip(keys, values, strict=True))
+
+    def apply_runs(self, runs: Sequence[SortedRun]) -> None:
+        """Apply sorted runs of writes (ascending physical keys across the runs, each key
+        once; deletes as tombstones), atomically: replay's coalesced change sets
+        (lineage/latest.py). The RocksDB engine writes large ones as one table file it
+        ingests whole."""
+        keys: list[bytes] = []
+        values: list[bytes | None] = []
+        for run in runs:
+            run_keys, run_values = run_items(run)
+            keys += run_keys
+            values += run_values
+        if keys:
+            self.apply_ordered(keys, values, any(run.deletes is not None for run in runs))
 
     @abstractmethod
     def scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:

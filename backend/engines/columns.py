@@ -102,6 +102,15 @@ def block_of(cf: str, keys: Iterable[bytes], values: Iterable[bytes | None], cou
                        value_data)
 
 
+def block_of_columns(cf: str, keys: Sequence[bytes], values: Sequence[bytes],
+                     key_lengths: np.ndarray, value_lengths: np.ndarray) -> ColumnBlock:
+    """The block of puts keys[i] -> values[i] whose lengths are known (put_many columns)."""
+    check_cf(cf)
+    return ColumnBlock(cf, np.full(len(keys), OP_PUT, np.uint8),
+                       _offsets(key_lengths, cf, "keys"), b"".join(keys),
+                       _offsets(value_lengths, cf, "values"), b"".join(values))
+
+
 def encode_tables(marker: VersionMarker,
                   tables: Iterable[tuple[str, Mapping[bytes, bytes | None]]],
                   may_delete: Iterable[str] | None = None) -> bytes:

@@ -4,20 +4,21 @@ Replay needs only each key's last write (a put or delete replaces the key's whol
 RocksDB takes sorted writes an order of magnitude faster than random ones. Both come from one
 stable sort of the keys in numpy: keys are padded with zeros to whole 8-byte words and sorted
 word by word (np.lexsort, stable), the length last, which is exactly bytewise order; the last
-entry of each run of equal keys is the newest write. Python objects are made only for the
-writes that remain, for the engine's WriteBatch.
+entry of each run of equal keys is the newest write. The writes that remain are gathered into
+one sorted run per column family (buffers and offsets, no Python object per write), which the
+RocksDB engine writes as a table file and ingests whole (engines/sst_build.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import cast
 
 import numpy as np
 
 from pyspark_dstl.backend.engines.columns import ColumnBlock
 from pyspark_dstl.backend.engines.records import OP_DELETE, cf_prefix
+from pyspark_dstl.backend.engines.sst_build import SortedRun, run_items
 
 PAD_FACTOR = 3
 """Keys are padded to the longest one only while that takes at most PAD_FACTOR times their
@@ -26,11 +27,20 @@ bytes (plus a word per key); wider spreads are sorted by Python's sort instead."
 
 @dataclass
 class LatestWrites:
-    """Physical keys in ascending order, each once, with its last value (None: deleted)."""
+    """One sorted run per column family, in physical key order: each key once, with its last
+    value (a delete where the last write deleted it)."""
 
-    keys: list[bytes]
-    values: list[bytes | None]
+    runs: list[SortedRun]
     deletes: int
+
+    @property
+    def keys(self) -> list[bytes]:
+        """The physical keys as objects (for small replays and tests)."""
+        return [key for run in self.runs for key in run_items(run)[0]]
+
+    @property
+    def values(self) -> list[bytes | None]:
+        return [value for run in self.runs for value in run_items(run)[1]]
 
 
 def latest_writes(blocks: Sequence[ColumnBlock]) -> LatestWrites:
@@ -39,7 +49,7 @@ def latest_writes(blocks: Sequence[ColumnBlock]) -> LatestWrites:
     for block in blocks:
         if len(block):
             by_cf.setdefault(block.cf, []).append(block)
-    result = LatestWrites([], [], 0)
+    result = LatestWrites([], 0)
     for cf in sorted(by_cf, key=cf_prefix):  # physical order: cf prefix, then user key
         _add_cf(result, cf_prefix(cf), _concat(by_cf[cf]))
     return result
@@ -68,8 +78,12 @@ def _add_cf(result: LatestWrites, prefix: bytes, block: ColumnBlock) -> None:
     offsets = block.key_offsets.astype(np.int64)
     lengths = np.diff(offsets)
     keys = bytes(block.keys)
-    padded = _padded(keys, offsets, lengths)
-    if padded is None:
+    ascending = _strictly_ascending(keys, offsets, lengths)
+    padded = None if ascending is not None else _padded(keys, offsets, lengths)
+    if ascending is not None:  # already in order, each key once (a bulk write in key order)
+        order = ascending
+        last = np.ones(len(order), np.bool_)
+    elif padded is None:
         listed = block.key_list()
         order = np.array(sorted(range(len(listed)), key=listed.__getitem__), np.int64)
         ordered = [listed[i] for i in order.tolist()]
@@ -78,19 +92,42 @@ def _add_cf(result: LatestWrites, prefix: bytes, block: ColumnBlock) -> None:
                                 len(order) - 1)
     else:
         order = _sort_order(padded, lengths)
-        ordered_rows, ordered_lengths = padded[order], lengths[order]
+        words = np.take(padded.view(np.uint64), order, axis=0)  # whole words: fewer compares
+        ordered_lengths = lengths[order]
         last = np.ones(len(order), np.bool_)
-        last[:-1] = ((ordered_rows[1:] != ordered_rows[:-1]).any(axis=1)
+        last[:-1] = ((words[1:] != words[:-1]).any(axis=1)
                      | (ordered_lengths[1:] != ordered_lengths[:-1]))
     chosen = order[last]
-    result.keys += _physical_keys(prefix, keys, offsets, lengths, chosen)
-    values = cast(list[bytes | None],
-                  _take(bytes(block.values), block.value_offsets.astype(np.int64), chosen))
-    deleted = np.flatnonzero(block.ops[chosen] == OP_DELETE).tolist()
-    for index in deleted:
-        values[index] = None
-    result.values += values
-    result.deletes += len(deleted)
+    key_data: bytes | memoryview | np.ndarray
+    value_data: bytes | memoryview | np.ndarray
+    if ascending is not None:  # every write stays, in its place: the buffers as they are
+        key_data, key_offsets = keys, offsets
+        value_data, value_offsets = block.values, block.value_offsets.astype(np.int64)
+    else:
+        key_data, key_offsets = _gather(keys, offsets, chosen)
+        value_data, value_offsets = _gather(bytes(block.values),
+                                            block.value_offsets.astype(np.int64), chosen)
+    deleted = block.ops[chosen] == OP_DELETE
+    count = int(deleted.sum())
+    result.runs.append(SortedRun(prefix, key_data, key_offsets, value_data, value_offsets,
+                                 deleted if count else None))
+    result.deletes += count
+
+
+def _strictly_ascending(keys: bytes, offsets: np.ndarray,
+                        lengths: np.ndarray) -> np.ndarray | None:
+    """arange(n) when keys of one length are already strictly ascending (one vectorized
+    comparison of neighbours), else None: the sort and the search for repeats are skipped."""
+    count = len(lengths)
+    if count < 2:
+        return np.arange(count)
+    width = int(lengths[0])
+    if width == 0 or int(lengths.min()) != width or int(lengths.max()) != width:
+        return None
+    strings = np.frombuffer(keys, f"S{width}", count, int(offsets[0]))
+    if bool((strings[1:] > strings[:-1]).all()):  # one length: bytewise order, exactly
+        return np.arange(count)
+    return None
 
 
 def _padded(keys: bytes, offsets: np.ndarray, lengths: np.ndarray) -> np.ndarray | None:
@@ -126,27 +163,29 @@ def _sort_order(rows: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return order
 
 
-def _physical_keys(prefix: bytes, keys: bytes, offsets: np.ndarray, lengths: np.ndarray,
-                   chosen: np.ndarray) -> list[bytes]:
-    if len(chosen) and int(lengths.min()) == int(lengths.max()):
-        width = int(lengths[0])
-        rows = np.empty((len(chosen), len(prefix) + width), np.uint8)
-        rows[:, :len(prefix)] = np.frombuffer(prefix, np.uint8)
-        rows[:, len(prefix):] = np.frombuffer(keys, np.uint8).reshape(-1, width)[chosen]
-        listed: list[bytes] = rows.view(f"V{len(prefix) + width}").ravel().tolist()
-        return listed
-    return list(map(prefix.__add__, _take(keys, offsets, chosen)))
-
-
-def _take(data: bytes, offsets: np.ndarray, chosen: np.ndarray) -> list[bytes]:
-    """The byte strings `chosen` of a buffer with offsets (one length: gathered in numpy)."""
+def _gather(data: bytes, offsets: np.ndarray, chosen: np.ndarray) -> tuple[np.ndarray,
+                                                                            np.ndarray]:
+    """The byte strings `chosen` of a buffer with offsets, as one buffer with offsets:
+    rows of one length gathered in numpy, others by Arrow's take."""
     count = len(offsets) - 1
-    if count and offsets[-1] and offsets[-1] == (offsets[1] - offsets[0]) * count:
-        width = int(offsets[1] - offsets[0])
-        if (np.diff(offsets) == width).all():
-            rows = np.frombuffer(data, np.uint8, count * width).reshape(count, width)[chosen]
-            listed: list[bytes] = rows.view(f"V{width}").ravel().tolist()
-            return listed
-    starts = offsets[:-1][chosen].tolist()
-    ends = offsets[1:][chosen].tolist()
-    return list(map(data.__getitem__, map(slice, starts, ends)))
+    lengths = np.diff(offsets)
+    if count and int(lengths.min()) == int(lengths.max()):
+        width = int(lengths[0])
+        start = int(offsets[0])
+        if width == 0:
+            return np.zeros(0, np.uint8), np.zeros(len(chosen) + 1, np.int64)
+        rows = np.frombuffer(data, f"V{width}", count, start)  # np.take of whole rows:
+        gathered = np.take(rows, chosen).view(np.uint8)  # a few times faster than 2-d indexing
+        return gathered, np.arange(len(chosen) + 1, dtype=np.int64) * width
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    column = pa.Array.from_buffers(pa.large_binary(), count,
+                                   [None, pa.py_buffer(offsets.astype(np.int64)),
+                                    pa.py_buffer(data)])
+    taken = pc.take(column, pa.array(chosen, pa.int64()))
+    _, taken_offsets, taken_data = taken.buffers()
+    new_offsets = np.frombuffer(taken_offsets, np.int64, len(chosen) + 1, taken.offset * 8)
+    gathered = (np.frombuffer(taken_data, np.uint8) if taken_data is not None
+                else np.zeros(0, np.uint8))
+    return gathered, new_offsets

@@ -9,13 +9,15 @@ handle of what was replayed can be rebuilt.
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Collection, Iterable
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from pyspark_dstl.backend.backend_errors import CorruptCheckpointError, LineageError
 from pyspark_dstl.backend.engines.base import Engine
 from pyspark_dstl.backend.engines.columns import ColumnBlock, decode_change_blocks
+from pyspark_dstl.backend.engines.sst_build import SortedRun
 from pyspark_dstl.backend.lineage.completion import require_checkpoint, status_from_files
 from pyspark_dstl.backend.lineage.latest import latest_writes
 from pyspark_dstl.backend.lineage.resolver import ReplayPlan
@@ -39,6 +41,14 @@ class ReplayStats:
     records: int = 0
     files: int = 0
     bytes: int = 0
+    # where a replay's time goes (benchmarks/recovery): waiting for the changelog to be read,
+    # decoding and checking payloads, finding each key's last write (sort, gather), and the
+    # engine's write of what remains (table file and ingestion, or a WriteBatch)
+    read_wait_seconds: float = 0.0
+    decode_seconds: float = 0.0
+    coalesce_seconds: float = 0.0
+    apply_seconds: float = 0.0  # on the replay's write thread, mostly beside the rest
+    apply_wait_seconds: float = 0.0  # the replay waiting for the engine write in flight
 
 
 class PendingWrites:
@@ -48,33 +58,81 @@ class PendingWrites:
     Equivalent to applying every record in order: a put or delete replaces the key's whole
     state, so only each key's last write decides the result (a delete that comes last stays a
     delete). A replay that fails discards its engine, so writes held back are never missed.
+
+    A full window's engine write (building and ingesting a table file: numpy, Arrow and file
+    writes, which release the GIL) runs on a thread of its own while the next window is read
+    and sorted; one write at a time, in window order, so later writes land on top. Use it as
+    a context manager: leaving it waits for the write in flight (the engine may be closed
+    next).
     """
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, stats: ReplayStats | None = None) -> None:
         self._engine = engine
         self._blocks: list[ColumnBlock] = []
         self._bytes = 0
+        self._stats = stats if stats is not None else ReplayStats()
+        self._executor: ThreadPoolExecutor | None = None
+        self._writing: Future[float] | None = None
+
+    def __enter__(self) -> PendingWrites:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        try:
+            if exc_info[0] is None:
+                self._wait()
+            elif self._writing is not None:
+                self._writing.exception()  # the failure raised already wins
+        finally:
+            if self._executor is not None:
+                self._executor.shutdown(wait=True)
+                self._executor = None
 
     def add(self, blocks: list[ColumnBlock], size: int) -> None:
         self._blocks += blocks
         self._bytes += size
         if self._bytes >= COALESCE_BYTES:
-            self.flush()
+            self._apply()
 
     def flush(self) -> None:
+        """Apply every write held and wait until the engine has them."""
+        self._apply()
+        self._wait()
+
+    def _apply(self) -> None:
         if self._blocks:
-            latest = latest_writes(self._blocks)
-            self._engine.apply_ordered(latest.keys, latest.values, latest.deletes > 0)
+            began = time.perf_counter()
+            runs = latest_writes(self._blocks).runs
+            self._stats.coalesce_seconds += time.perf_counter() - began
+            self._wait()
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(1, "dstl-replay-write")
+            self._writing = self._executor.submit(self._write, runs)
         self._blocks = []
         self._bytes = 0
+
+    def _write(self, runs: list[SortedRun]) -> float:
+        began = time.perf_counter()
+        self._engine.apply_runs(runs)
+        return time.perf_counter() - began
+
+    def _wait(self) -> None:
+        if self._writing is None:
+            return
+        began = time.perf_counter()
+        writing, self._writing = self._writing, None
+        self._stats.apply_seconds += writing.result()
+        self._stats.apply_wait_seconds += time.perf_counter() - began
 
 
 def apply_change_set(writes: PendingWrites, change_set: ChangeSet, check: MarkerCheck,
                      where: str, stats: ReplayStats) -> None:
     for _, payload in change_set.entries:
+        began = time.perf_counter()
         marker, blocks = decode_change_blocks(payload, where)
         check.check(marker, where)
         records = sum(map(len, blocks))
+        stats.decode_seconds += time.perf_counter() - began
         if records:
             writes.add(blocks, len(payload))
         stats.records += records
@@ -86,23 +144,26 @@ def replay_handle(storage: ChangelogService, store_id: str, handle: ChangelogHan
     """Apply the handle's change sets in SQN order; finish the marker check."""
     stats = ReplayStats(files=len(handle.paths), bytes=handle.size)
     reader = storage.reader()
-    writes = PendingWrites(engine)
     groups = list(_groups(handle))
     # one group read ahead: the next group downloads and decodes on the storage's loop while
     # this one is applied (at most two groups in memory)
     upcoming = _start_read(storage, reader, groups[0]) if groups else None
-    try:
-        for index, group in enumerate(groups):
-            change_sets = _group_change_sets(store_id, group, upcoming)
-            upcoming = (_start_read(storage, reader, groups[index + 1])
-                        if index + 1 < len(groups) else None)
-            for change_set in change_sets:
-                where = f"change set {change_set.sqn} in {_path_of(group, change_set.sqn)!r}"
-                apply_change_set(writes, change_set, check, where, stats)
-    finally:
-        if upcoming is not None:
-            upcoming.cancel()
-    writes.flush()
+    with PendingWrites(engine, stats) as writes:
+        try:
+            for index, group in enumerate(groups):
+                began = time.perf_counter()
+                change_sets = _group_change_sets(store_id, group, upcoming)
+                stats.read_wait_seconds += time.perf_counter() - began
+                upcoming = (_start_read(storage, reader, groups[index + 1])
+                            if index + 1 < len(groups) else None)
+                for change_set in change_sets:
+                    where = (f"change set {change_set.sqn} in "
+                             f"{_path_of(group, change_set.sqn)!r}")
+                    apply_change_set(writes, change_set, check, where, stats)
+        finally:
+            if upcoming is not None:
+                upcoming.cancel()
+        writes.flush()
     check.finish(f"changelog handle [{handle.from_sqn}, {handle.to_sqn})")
     return stats
 
@@ -162,12 +223,25 @@ def replay_files(storage: ChangelogService, store_id: str, plan: ReplayPlan, fro
     stats = ReplayStats()
     segments: list[Segment] = []
     next_sqn = from_sqn
-    writes = PendingWrites(engine)
+    with PendingWrites(engine, stats) as writes:
+        next_sqn = _replay_steps(storage, store_id, plan, next_sqn, writes, check, stats,
+                                 segments)
+        writes.flush()
+    check.finish(f"the changelog files of versions {[v for v, _, _ in plan.steps]}")
+    return ChangelogHandle.of(store_id, from_sqn, next_sqn, segments), stats
+
+
+def _replay_steps(storage: ChangelogService, store_id: str, plan: ReplayPlan, next_sqn: int,
+                  writes: PendingWrites, check: MarkerCheck, stats: ReplayStats,
+                  segments: list[Segment]) -> int:
+    """replay_files' loop over the plan's commits; returns the SQN after the last one."""
     for version, unique_id, paths in plan.steps:
         seen: dict[int, bytes] = {}  # SQN -> digest, for this commit's files
         newest: FileHeader | None = None
         for path in paths:
+            began = time.perf_counter()
             log = _read_log(storage, store_id, version, path)
+            stats.read_wait_seconds += time.perf_counter() - began
             newest = log.header
             stats.files += 1
             stats.bytes += log.file_size
@@ -185,9 +259,7 @@ def replay_files(storage: ChangelogService, store_id: str, plan: ReplayPlan, fro
                 next_sqn = change_set.sqn + 1
         if newest is not None:
             _check_completed(store_id, version, unique_id, newest, paths[-1], seen)
-    writes.flush()
-    check.finish(f"the changelog files of versions {[v for v, _, _ in plan.steps]}")
-    return ChangelogHandle.of(store_id, from_sqn, next_sqn, segments), stats
+    return next_sqn
 
 
 def _check_completed(store_id: str, version: int, unique_id: str, header: FileHeader,

@@ -1,9 +1,9 @@
 """Retention and cleanup: delete what no retained checkpoint needs, below the retained range.
 
-Per store, from the retained CheckpointInfos (the newest min_batches_to_retain commit log
+Per store, from the retained StoreCommits (the newest min_batches_to_retain commit log
 entries, plus any in-flight infos the caller knows of):
-- referenced: every changelog file of their handles, their snapshot manifests, and every
-  file the kept manifests name (kept: referenced, or at or above the floor);
+- referenced: every changelog file of their handles, their snapshot manifests;
+- kept manifests: the referenced ones and those at or above the floor;
 - the floor is the oldest retained version, lowered to the version of a snapshot the newest
   checkpoint reports in flight (not adopted yet, whether or not its manifest has landed);
 - every file carries a version in its name (changelogs and manifests: the commit; snapshot
@@ -11,6 +11,15 @@ entries, plus any in-flight infos the caller knows of):
   is not referenced and its version is below the floor. Files at or above the floor may belong
   to attempts or snapshot uploads still running, so they stay until the floor passes them;
   that is also how an orphan of a crashed attempt eventually goes.
+
+Snapshot data files are counted across the stores of the checkpoint location: a manifest may
+name another store's files in place (a rescale's new store starts from an old store's files,
+rescale/ranges.py), so a data file stays while any kept manifest of any store names it. Every
+manifest of a store directory no retained entry names (an old partition after a rescale to
+fewer, the new stores of a rescale not yet committed or abandoned) counts as kept: such
+directories are never cleaned, and what they name stays. One manifest that cannot be read
+leaves every store's data files alone, since the files it names are unknown.
+
 Manifests go before the data files they name, so a manifest never names a deleted file (what
 `verify` and an adopting commit check), even when a cleanup is killed halfway; a repeated run
 finds the data files by their version and deletes them then.
@@ -84,9 +93,22 @@ def default_incomplete_grace(settings: ChangelogSettings) -> float:
 
 
 @dataclass
+class SharedFiles:
+    """Snapshot data files named by the kept manifests of every store of a location, with how
+    many name each; problems: a manifest that could not be read (nothing is then known)."""
+
+    references: Counter[str] = field(default_factory=Counter)
+    problems: list[str] = field(default_factory=list)
+
+    def add(self, manifest: SnapshotManifest) -> None:
+        self.references.update(f.dfs_path for f in manifest.files)
+
+
+@dataclass
 class StoreCleanup:
     store_id: str
     floor: int  # files below it go unless referenced
+    newest: int = 0  # the newest retained version
     delete: list[ObjectInfo] = field(default_factory=list)
     references: Counter[str] = field(default_factory=Counter)
     unrecognized: list[str] = field(default_factory=list)  # data files without a version
@@ -104,6 +126,7 @@ class CleanupReport:
     incomplete_uploads: list[ObjectInfo] = field(default_factory=list)  # temp files removed
     deleted_by: tuple[int, str] | None = None  # (epoch, run id) of the run that deleted
     retention: Retention | None = None  # the batches kept, with the change feeds' holds
+    shared_problems: list[str] = field(default_factory=list)  # no data file deleted anywhere
 
     @property
     def files(self) -> list[str]:
@@ -117,7 +140,8 @@ class CleanupReport:
 
     @property
     def problems(self) -> list[str]:
-        return [problem for store in self.stores for problem in store.problems]
+        return [problem for store in self.stores
+                for problem in store.problems] + self.shared_problems
 
 
 class Cleaner:
@@ -145,15 +169,23 @@ class Cleaner:
         extra: dict[str, list[StoreCommit]] = {}
         for info in in_flight:
             extra.setdefault(info.store_id, []).append(info)
+        shared = SharedFiles()
+        planned: list[tuple[StoreDirListing, StoreCleanup]] = []
         for store_id, listing in list_stores(self._storage).items():
             if store_id not in retained:
                 report.unknown_stores.append(store_id)
+                self._count_unknown(listing, shared)
                 continue
-            report.stores.append(self.plan_store(listing, retained[store_id],
-                                                 extra.get(store_id, [])))
+            plan = self.plan_references(listing, retained[store_id], extra.get(store_id, []),
+                                        shared)
+            planned.append((listing, plan))
+        for listing, plan in planned:
+            self.plan_deletes(listing, plan, shared)
+            report.stores.append(plan)
+        report.shared_problems = shared.problems
         if commit_log is not None and entries:
             report.commit_entries = commit_log.obsolete(min(e.batch_id for e in entries))
-        sweep = [store_dir(store.store_id) + "/" for store in report.stores]
+        sweep = [store_dir(store.store_id) + "/" for _, store in planned]
         if commit_log is not None:
             sweep.append(posixpath.dirname(commit_log.path_of(0, 0)) + "/")
         if lease is not None and not dry_run:
@@ -166,34 +198,63 @@ class Cleaner:
             self._delete(report, lease)
         return report
 
-    def plan_store(self, listing: StoreDirListing, committed: list[StoreCommit],
-                   in_flight: list[StoreCommit]) -> StoreCleanup:
+    def plan_references(self, listing: StoreDirListing, committed: list[StoreCommit],
+                        in_flight: list[StoreCommit], shared: SharedFiles) -> StoreCleanup:
+        """The store's own references (changelogs, manifests) and its kept manifests, whose
+        files are added to `shared`."""
         infos = committed + in_flight
         plan = StoreCleanup(listing.store_id, _floor(committed, infos))
+        plan.newest = max(info.version for info in committed)
         for info in infos:  # a reference count per file: how many retained things name it
             plan.references.update(info.changelog.paths)
             if info.materialized is not None:
                 plan.references[info.materialized.manifest_path] += 1
         referenced_manifests = {path for path in plan.references if path.endswith(".snapshot")}
         in_range = {obj.path for name, obj in listing.manifests if name.version >= plan.floor}
-        manifests = self._read_manifests(referenced_manifests | in_range, plan)
+        manifests = self._read_manifests(referenced_manifests | in_range, plan.store_id,
+                                         plan.problems)
         if plan.problems:
+            shared.problems.append(f"store {plan.store_id!r}: a kept manifest cannot be read, "
+                                   f"so no store's snapshot data files are deleted")
             return plan
         for path in referenced_manifests | in_range:
             if path not in referenced_manifests:
                 plan.references[path] += 1  # an attempt in the retained range may adopt it
-            plan.references.update(f.dfs_path for f in manifests[path].files)
+            shared.add(manifests[path])
+        return plan
+
+    def plan_deletes(self, listing: StoreDirListing, plan: StoreCleanup,
+                     shared: SharedFiles) -> None:
+        """What goes from the store's directory: data files no kept manifest of any store
+        names, and manifests and changelogs the store no longer references, all below the
+        floor; then attempts that never completed."""
+        if plan.problems:
+            return
         for obj in listing.data_files:
             version = parse_uploaded_version(posixpath.basename(obj.path))
             if version is None:
                 plan.unrecognized.append(obj.path)
-            elif not plan.references[obj.path] and version < plan.floor:
+            elif not shared.problems and not shared.references[obj.path] \
+                    and version < plan.floor:
                 plan.delete.append(obj)
+            elif shared.references[obj.path]:
+                plan.references[obj.path] = shared.references[obj.path]
         for name, obj in [*listing.manifests, *listing.changelogs]:
             if not plan.references[obj.path] and name.version < plan.floor:
                 plan.delete.append(obj)
-        self._plan_uncommitted(listing, max(info.version for info in committed), plan)
-        return plan
+        self._plan_uncommitted(listing, plan.newest, plan)
+
+    def _count_unknown(self, listing: StoreDirListing, shared: SharedFiles) -> None:
+        """Every manifest of a directory no retained entry names stays, and so does what it
+        names (its own files and any other store's)."""
+        problems: list[str] = []
+        manifests = self._read_manifests({obj.path for _, obj in listing.manifests},
+                                         listing.store_id, problems)
+        for manifest in manifests.values():
+            shared.add(manifest)
+        if problems:
+            shared.problems += [f"{problem}; so no store's snapshot data files are deleted"
+                                for problem in problems]
 
     def _plan_uncommitted(self, listing: StoreDirListing, newest: int,
                           plan: StoreCleanup) -> None:
@@ -216,7 +277,8 @@ class Cleaner:
                 plan.delete.extend(attempt.files)
                 plan.uncommitted.append(attempt.label)
 
-    def _read_manifests(self, paths: set[str], plan: StoreCleanup) -> dict[str, SnapshotManifest]:
+    def _read_manifests(self, paths: set[str], store_id: str,
+                        problems: list[str]) -> dict[str, SnapshotManifest]:
         """The kept manifests; one that cannot be read stops the store's cleanup (the data
         files it names are unknown)."""
         manifests: dict[str, SnapshotManifest] = {}
@@ -224,21 +286,21 @@ class Cleaner:
             try:
                 manifests[path] = self._storage.loop.run(aread_manifest(self._storage, path))
             except MaterializerError as exc:
-                plan.problems.append(f"store {plan.store_id!r}: snapshot manifest {path!r} "
-                                     f"cannot be read, the store is not cleaned: {exc}")
+                problems.append(f"store {store_id!r}: snapshot manifest {path!r} cannot be "
+                                f"read, the store is not cleaned: {exc}")
         return manifests
 
     def _delete(self, report: CleanupReport, lease: WriteGuard) -> None:
-        for store in report.stores:
-            # manifests first, then their data files, then changelogs: a manifest never names
-            # a deleted file, and a rerun finds what is left by its version
-            order = {"snapshot": 0, "data": 1, "changelog": 2}
-            paths = sorted((info.path for info in store.delete),
-                           key=lambda p: order[_kind(p)])
-            if paths:
-                lease.check(f"delete {len(paths)} file(s) of store {store.store_id!r}")
-                kill_point("cleanup_delete")
-                self._storage.loop.run(self._storage.adelete_many(paths))
+        """Manifests of every store first, then data files, then changelogs: a manifest
+        never names a deleted file, not even another store's, and a rerun finds what is
+        left by its version."""
+        for kind in ("snapshot", "data", "changelog"):
+            for store in report.stores:
+                paths = sorted(info.path for info in store.delete if _kind(info.path) == kind)
+                if paths:
+                    lease.check(f"delete {len(paths)} file(s) of store {store.store_id!r}")
+                    kill_point("cleanup_delete")
+                    self._storage.loop.run(self._storage.adelete_many(paths))
         if report.commit_entries:
             lease.check(f"delete {len(report.commit_entries)} commit log entries")
             kill_point("cleanup_delete")

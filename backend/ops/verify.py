@@ -54,8 +54,12 @@ def verify_report(storage: RemoteFiles) -> VerifyReport:
     latest_attempts: set[tuple[str, int, str]] = set()
     needed_manifests: set[str] = set()
     report.problems = _verify_commit_log(storage, present, latest_attempts, needed_manifests)
+    # a manifest may name another store's files in place (a rescale's new stores): the data
+    # files of every store, each read and checked once
+    data_files = DataFiles({info.path: info.size for listing in listings.values()
+                            for info in listing.data_files})
     for listing in listings.values():
-        _verify_store(storage, listing, report, latest_attempts, needed_manifests)
+        _verify_store(storage, listing, report, latest_attempts, needed_manifests, data_files)
     report.problems.extend(_verify_schema_records(storage))
     return report
 
@@ -111,8 +115,18 @@ def _verify_commit_log(storage: RemoteFiles, present: set[str],
     return problems
 
 
+@dataclass
+class DataFiles:
+    """The snapshot data files present under every store directory (path -> size), and
+    those already read and checked."""
+
+    sizes: dict[str, int]
+    checked: set[str] = field(default_factory=set)
+
+
 def _verify_store(storage: RemoteFiles, listing: StoreDirListing, report: VerifyReport,
-                  latest_attempts: set[tuple[str, int, str]], needed_manifests: set[str]) -> None:
+                  latest_attempts: set[tuple[str, int, str]], needed_manifests: set[str],
+                  data_files: DataFiles) -> None:
     problems = report.problems
     store_id = listing.store_id
     for attempt in attempts_of(listing).values():
@@ -145,16 +159,14 @@ def _verify_store(storage: RemoteFiles, listing: StoreDirListing, report: Verify
                             f"{attempt.label}, whose commit is not complete: {status.reason}")
         else:
             report.uncommitted.append(f"store {store_id}: {attempt.label}: {status.reason}")
-    _verify_manifests(storage, listing, report, needed_manifests)
+    _verify_manifests(storage, listing, report, needed_manifests, data_files)
 
 
 def _verify_manifests(storage: RemoteFiles, listing: StoreDirListing, report: VerifyReport,
-                      needed_manifests: set[str]) -> None:
+                      needed_manifests: set[str], data_files: DataFiles) -> None:
     """Every manifest reads and its present files match it; a missing file is a problem when
     a commit needs the manifest, and marks an abandoned upload otherwise (module docstring).
     Needed manifests go first, so a file they share with another is judged as needed."""
-    sizes = {info.path: info.size for info in listing.data_files}
-    checked: set[str] = set()
     ordered = sorted((info for _, info in listing.manifests),
                      key=lambda info: info.path not in needed_manifests)
     for info in ordered:
@@ -163,8 +175,8 @@ def _verify_manifests(storage: RemoteFiles, listing: StoreDirListing, report: Ve
         except MaterializerError as exc:
             report.problems.append(f"snapshot {info.path}: {exc}")
             continue
-        missing = _verify_snapshot_files(storage, info.path, manifest, sizes, checked,
-                                         report.problems)
+        missing = _verify_snapshot_files(storage, info.path, manifest, data_files.sizes,
+                                         data_files.checked, report.problems)
         if not missing:
             continue
         if info.path in needed_manifests:

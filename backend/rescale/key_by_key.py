@@ -71,8 +71,8 @@ class RescaleStats:
     # a range rescale's (range_rescale.py); phases summed over the partitions made at once
     keys_copied: int = 0  # keys written one by one into a new store from another old one
     bytes_uploaded: int = 0  # snapshot bytes sent from this process
-    bytes_copied: int = 0  # snapshot bytes copied on the storage side (never sent)
-    files_shared: int = 0  # files copied on the storage side
+    bytes_shared: int = 0  # snapshot bytes of old stores' files named in place (never sent)
+    files_shared: int = 0  # old stores' files the new snapshots name in place
     clip_seconds: float = 0.0  # checkpoint of the base store + clip to the new groups
     copy_seconds: float = 0.0  # the other old stores' shares
 
@@ -86,7 +86,7 @@ class RescaleStats:
                 "keys_per_partition": {str(p): n for p, n
                                        in sorted(self.keys_per_partition.items())},
                 "keys_copied": self.keys_copied, "bytes_uploaded": self.bytes_uploaded,
-                "bytes_copied": self.bytes_copied, "files_shared": self.files_shared,
+                "bytes_shared": self.bytes_shared, "files_shared": self.files_shared,
                 "clip_seconds": round(self.clip_seconds, 3),
                 "copy_seconds": round(self.copy_seconds, 3)}
 

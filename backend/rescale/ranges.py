@@ -9,10 +9,10 @@ one with the largest overlap (the base): a RocksDB checkpoint of it (hard links,
 clipped to p's groups by two range deletes per offset-0 column family (no key read) and by
 deleting the out-of-range keys of the offset-8 ones; the other overlapping stores' shares are
 copied into it, a bounded range read per offset-0 column family, a filtered read of the
-offset-8 ones. p's snapshot then names files the base's committed snapshot already holds: the
-materializer copies those on the storage side into p's own folder (a hard link on file://,
-CopyObject on S3) instead of uploading them, so each manifest names only its own store's
-files and cleanup, verify and the orphan scan keep counting references per store.
+offset-8 ones. p's snapshot then names the files the base's committed snapshot already holds
+where they are, in the base store's folder (nothing uploaded, nothing copied): cleanup, verify
+and the orphan scan count references across the stores of a checkpoint location
+(ops/cleanup.py), so such a file stays while any kept manifest of any store names it.
 
 The contract is rescale_stores': new stores numbered after the newest old version with fresh
 unique ids, committed as snapshots, the old stores never changed, and nothing is the
@@ -231,16 +231,16 @@ def rescale_ranges(settings: BackendSettings, location: str, operator: str,
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     stats.bytes_uploaded = int(metrics.get("bytes_uploaded", 0))
-    stats.bytes_copied = int(metrics.get("bytes_copied", 0))
-    stats.files_shared = int(metrics.get("files_copied", 0))
+    stats.bytes_shared = int(metrics.get("bytes_referenced", 0))
+    stats.files_shared = int(metrics.get("files_referenced", 0))
     stats.bytes_written = sum(info.materialized.total_bytes for info in infos.values()
                               if info.materialized is not None)
     stats.seconds = time.monotonic() - started
     kill_point("rescale_ranges_done")
     log.info("rescaled operator %r of %s by key-group ranges: %d to %d partition(s) in %.2f s "
-             "(%d key(s) copied, %d byte(s) uploaded, %d copied in storage)", operator, location,
-             old, partitions, stats.seconds, stats.keys_copied, stats.bytes_uploaded,
-             stats.bytes_copied)
+             "(%d key(s) copied, %d byte(s) uploaded, %d of old stores' files named in place)",
+             operator, location, old, partitions, stats.seconds, stats.keys_copied,
+             stats.bytes_uploaded, stats.bytes_shared)
     return infos, stats
 
 
@@ -285,7 +285,7 @@ class _Builder:
             store = provider.get_store_from_copy_after(self._after, base.store)
         try:
             if base.manifest is not None:
-                self._writing.context(self._location).materializer.offer_copies(
+                self._writing.context(self._location).materializer.offer_references(
                     store.store_id, base.manifest.files)
             read = self._clip(store, base.store, lo, hi)
             clipped = time.monotonic()

@@ -222,7 +222,12 @@ class ChangelogProvider(StateStoreProvider):
         return {"load_kind": loaded.kind, "snapshot_restore_seconds": loaded.snapshot_seconds,
                 "replay_seconds": loaded.replay_seconds,
                 "replayed_change_sets": stats.change_sets, "replayed_records": stats.records,
-                "replayed_files": stats.files, "replayed_bytes": stats.bytes}
+                "replayed_files": stats.files, "replayed_bytes": stats.bytes,
+                "replay_read_wait_seconds": stats.read_wait_seconds,
+                "replay_decode_seconds": stats.decode_seconds,
+                "replay_coalesce_seconds": stats.coalesce_seconds,
+                "replay_apply_seconds": stats.apply_seconds,
+                "replay_apply_wait_seconds": stats.apply_wait_seconds}
 
     def _seed(self, instance_dir: str, seed: Callable[[str], None]) -> None:
         engine_dir = self._engine_dir(instance_dir)

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from pyspark_dstl.backend.backend_errors import StateStoreClosedError
+from pyspark_dstl.backend.engines.columns import block_of_columns
 from pyspark_dstl.backend.engines.records import DEFAULT_CF, VersionMarker, cf_prefix, prefix_end
 from pyspark_dstl.backend.lineage.store_commit import StoreCommit
 from pyspark_dstl.backend.store.api import BytesColumn, StateStore, bytes_column
@@ -186,11 +187,20 @@ class ChangelogStateStore(StateStore):
             key_list, value_list = [k for k, _ in pairs], [v for _, v in pairs]
         cache = self._cache
         overhead = cache.column(cf)[2]
-        costs = np.cumsum(np.fromiter(map(len, key_list), np.int64, len(key_list))
-                          + np.fromiter(map(len, value_list), np.int64, len(value_list))
-                          + overhead)
+        key_lengths = np.fromiter(map(len, key_list), np.int64, len(key_list))
+        value_lengths = np.fromiter(map(len, value_list), np.int64, len(value_list))
+        costs = np.cumsum(key_lengths + value_lengths + overhead)
         start = 0
         while start < len(key_list):
+            stop = cache.filling_slice(costs, start, len(key_list)) if not len(cache) else None
+            if stop is not None:  # the slice alone fills the cache: flushed from the columns
+                self._flushed = True
+                keys, values = key_list[start:stop], value_list[start:stop]
+                self._instance.write_columns(self._marker, block_of_columns(
+                    cf, keys, values, key_lengths[start:stop], value_lengths[start:stop]),
+                    keys, values)
+                start = stop
+                continue
             start = cache.put_columns(cf, key_list, value_list, costs, start)
             if cache.is_full():
                 self._flush()
@@ -326,6 +336,8 @@ class ChangelogStateStore(StateStore):
             "flushes": instance.flushes,
             "records_written": instance.records,
             "payload_bytes": instance.payload_bytes,
+            "flush_encode_seconds": instance.flush_encode_seconds,
+            "flush_engine_seconds": instance.flush_engine_seconds,
             "last_commit_seconds": instance.last_commit_seconds,
             "commit_flush_seconds": instance.last_commit_flush_seconds,
             "commit_upload_wait_seconds": instance.last_commit_upload_wait_seconds,

@@ -112,6 +112,18 @@ class TransactionCache:
         self.entries += added
         return stop
 
+    def filling_slice(self, costs: np.ndarray, start: int, count: int) -> int | None:
+        """The end of the slice of a bulk write from `start` that fills this empty cache on
+        its own (where put() per key would flush it), or None when the rest of the write
+        fits: such a slice can be flushed straight from its columns, without the dicts.
+        A key written twice in the slice counts twice here, so the flush may come a few
+        writes earlier than put() per key would make it."""
+        spent = int(costs[start - 1]) if start else 0
+        fitting = int(np.searchsorted(costs, spent + self.max_bytes, "left"))
+        stop = min(start + self.max_entries, fitting + 1, count)
+        full = stop - start >= self.max_entries or int(costs[stop - 1]) - spent >= self.max_bytes
+        return stop if full else None
+
     def remove(self, cf: str, key: bytes) -> None:
         table, _, overhead = self.column(cf)
         old = table.get(key, ABSENT)

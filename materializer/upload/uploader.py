@@ -36,7 +36,7 @@ class _Planned:
     size: int
     checksum: int
     reuse: str | None = None
-    copy_from: str | None = None  # an identical remote file of another store, copied
+    shared: bool = False  # `reuse` is another store's file, named in place
 
     @property
     def key(self) -> tuple[str, int, int]:
@@ -48,13 +48,13 @@ class SnapshotUploader:
 
     def __init__(self, storage: RemoteFiles, uploaded: UploadedFiles, checksums: ChecksumCache,
                  metrics: Metrics, parallelism: int,
-                 copyable: UploadedFiles | None = None) -> None:
-        """`copyable`: per store, remote files of other stores its snapshot may copy on the
-        storage side into its own folder instead of uploading (a rescale's new store made
-        from an old one's files); the manifest then names only the store's own copies."""
+                 shared: UploadedFiles | None = None) -> None:
+        """`shared`: per store, remote files of other stores its snapshot may name in place
+        instead of uploading (a rescale's new store made from an old one's files); the
+        manifest then names them where they are."""
         self._storage = storage
         self._uploaded = uploaded
-        self._copyable = copyable or UploadedFiles()
+        self._shared = shared or UploadedFiles()
         self._checksums = checksums
         self._metrics = metrics
         self._parallelism = parallelism
@@ -85,7 +85,8 @@ class SnapshotUploader:
         item = _Planned(name, local_path, size, checksum)
         item.reuse = self._uploaded.lookup(store_id, item.key)
         if item.reuse is None:
-            item.copy_from = self._copyable.lookup(store_id, item.key)
+            item.reuse = self._shared.lookup(store_id, item.key)
+            item.shared = item.reuse is not None
         return item
 
     def _drop_vanished_reuses(self, planned: list[_Planned], store_id: str) -> None:
@@ -103,8 +104,10 @@ class SnapshotUploader:
         for item in reused:
             if item.reuse is not None and present.get(item.reuse) != item.size:
                 self._uploaded.forget(store_id, [item.reuse])
+                self._shared.forget(store_id, [item.reuse])
                 self._metrics.add("reused_missing")
                 item.reuse = None
+                item.shared = False
 
     def _upload_new(self, planned: list[_Planned], request: SnapshotRequest,
                     remote_dir: str) -> tuple[list[SnapshotFile], int]:
@@ -115,20 +118,20 @@ class SnapshotUploader:
         try:
             for item in planned:
                 if item.reuse is not None:
-                    self._metrics.add("files_reused")
-                    self._metrics.add("bytes_reused", item.size)
+                    if item.shared:
+                        self._uploaded.add(store_id, item.key, item.reuse)
+                        self._metrics.add("files_referenced")
+                        self._metrics.add("bytes_referenced", item.size)
+                    else:
+                        self._metrics.add("files_reused")
+                        self._metrics.add("bytes_reused", item.size)
                     continue
                 while len(pending) >= self._parallelism:
                     finished, _ = wait(pending, return_when=FIRST_COMPLETED)
                     new_bytes += self._collect(finished, pending, done, store_id)
                 dfs_path = remote_file_path(remote_dir, item.local_name, request.version)
-                future: Future[Any]
-                if item.copy_from is not None:
-                    future = self._storage.loop.submit(self._storage.acopy(item.copy_from,
-                                                                           dfs_path))
-                else:
-                    data = _read_verified(item)
-                    future = self._storage.loop.submit(self._storage.aput(dfs_path, data))
+                data = _read_verified(item)
+                future = self._storage.loop.submit(self._storage.aput(dfs_path, data))
                 pending[future] = (item, dfs_path)
             while pending:
                 finished, _ = wait(pending, return_when=FIRST_COMPLETED)
@@ -144,24 +147,18 @@ class SnapshotUploader:
 
     def _collect(self, finished: set[Future[Any]], pending: dict[Future[Any], tuple[_Planned, str]],
                  done: dict[str, str], store_id: str) -> int:
-        """Bytes uploaded by the finished requests (storage-side copies are counted apart)."""
+        """Bytes uploaded by the finished requests."""
         total = 0
         for future in finished:
             item, dfs_path = pending.pop(future)
             error = future.exception()
             if error is not None:
                 self._metrics.add("file_upload_failures")
-                what = ("upload" if item.copy_from is None
-                        else f"storage-side copy of {item.copy_from!r}")
                 raise SnapshotUploadError(
-                    f"snapshot of store {store_id!r}: {what} of {item.local_name!r} to "
+                    f"snapshot of store {store_id!r}: upload of {item.local_name!r} to "
                     f"{dfs_path!r} failed: {error}") from error
             self._uploaded.add(store_id, item.key, dfs_path)
             done[item.local_name] = dfs_path
-            if item.copy_from is not None:
-                self._metrics.add("files_copied")
-                self._metrics.add("bytes_copied", item.size)
-                continue
             self._metrics.add("files_uploaded")
             self._metrics.add("bytes_uploaded", item.size)
             total += item.size

@@ -6,11 +6,15 @@ mistake fails before the first batch, with the key or column named.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pyspark_dstl.core.errors import ConfigError
 from pyspark_dstl.spark.builder.started_query import StatefulQuery
+from pyspark_dstl.spark.chain.grouping import GroupedSteps
+from pyspark_dstl.spark.chain.planning import for_output_mode
+from pyspark_dstl.spark.chain.steps import ChainedSteps
 from pyspark_dstl.spark.driver import query_lease as fencing
 from pyspark_dstl.spark.driver.operator import BatchProgress, OperatorSpec, StatefulOperator
 from pyspark_dstl.spark.driver.ownership import check_location, processor_name
@@ -31,7 +35,7 @@ from pyspark_dstl.spark.session import (
 )
 from pyspark_dstl.spark.spark_errors import StateVariableError
 from pyspark_dstl.spark.time.clock import TimeSpec
-from pyspark_dstl.spark.time.query_time import time_spec
+from pyspark_dstl.spark.time.query_time import check_output_event_time, time_spec
 from pyspark_dstl.spark.time.ticks import default_demand_file, tick_stream
 
 Sink = Callable[[Any, int], None]
@@ -74,7 +78,8 @@ class GroupedStateful:
                 partitions: int | None = None, name: str | None = None,
                 settings: Mapping[str, Any] | None = None, time_mode: str = "none",
                 event_time: str | None = None, watermark_delay: str | float | None = None,
-                initial_state: Any = None) -> StatefulStream:
+                initial_state: Any = None,
+                output_event_time: str | None = None) -> StatefulStream:
         """`checkpoint_location`: where the query keeps its state (a path or URL; else the
         setting spark.dstl.query.checkpointLocation). `settings`: per-query spark.dstl.*
         settings (full or short keys) over the session's.
@@ -83,6 +88,9 @@ class GroupedStateful:
         `event_time` and `watermark_delay` (e.g. "10 minutes") name the event-time column and
         how late rows may be; without them, a watermark set with df.withWatermark is used.
         `initial_state`: `other_df.groupBy(<key columns>)`, applied once before the first batch.
+        `output_event_time`: the output column that carries event time to the stateful steps
+        chained after this one (PySpark's eventTimeColumnName): it inherits the watermark, and
+        an emitted row at or before the watermark for late events fails the batch.
         """
         if isinstance(processor, type):
             raise StateVariableError(f"processor: {processor.__name__} is a class; pass an "
@@ -117,11 +125,14 @@ class GroupedStateful:
         if time.needs_ticks:
             time = TimeSpec(time.mode, time.event_time_column, time.watermark_delay_ms,
                             default_demand_file(location, resolved.query.operator_name))
+        struct = _struct(spark, output_schema)
+        if output_event_time is not None:
+            check_output_event_time(self._df, struct, output_event_time, "output_event_time")
         spec = OperatorSpec(processor=processor, key_columns=self._keys,
-                            output_schema=_struct(spark, output_schema),
+                            output_schema=struct,
                             location=location, partitions=resolved.query.partitions,
                             name=resolved.query.operator_name, time=time,
-                            initial_state=initial)
+                            initial_state=initial, output_event_time=output_event_time)
         return StatefulStream(self._df, StatefulOperator(spec, resolved))
 
     def transformWithStateInPandas(
@@ -160,18 +171,98 @@ class GroupedStateful:
         return self.process(plan.processor, plan.output_schema,
                             checkpoint_location=checkpoint_location, partitions=partitions,
                             name=name, settings=settings,
-                            time_mode=plan.time_mode, initial_state=plan.initial_state)
+                            time_mode=plan.time_mode, initial_state=plan.initial_state,
+                            output_event_time=event_time_column or None)
 
 
 class StatefulStream:
-    """A configured stateful step; `start` runs it as a streaming query via foreachBatch."""
+    """A configured stateful step, and the stateful steps chained after it (`group_by`,
+    `drop_duplicates`, ...); `start` runs them as one streaming query via foreachBatch."""
 
-    def __init__(self, df: Any, operator: StatefulOperator) -> None:
+    def __init__(self, df: Any, operator: StatefulOperator, *,
+                 chain: ChainedSteps | None = None, output_mode: str = "append") -> None:
         self._df = df
-        self.operator = operator
+        self._first = operator  # the first stateful step alone
+        self._chain = chain
+        self._mode = output_mode
+        self._operator: StatefulOperator | None = None
         self.progress: list[BatchProgress] = []
         self._sink: Sink | None = None
         self._on_progress: Callable[[BatchProgress], None] | None = None
+
+    @property
+    def operator(self) -> StatefulOperator:
+        """The query's operator: the first step's with the chained steps, planned for the
+        output mode (Spark's refusals for the mode come from here, as from Spark's start)."""
+        if self._operator is None:
+            self._operator = self._build()
+        return self._operator
+
+    def _build(self) -> StatefulOperator:
+        first = self._first
+        links = self._chain.links if self._chain is not None else ()
+        if not links and self._mode == "append":
+            return first
+        configured = for_output_mode(links, self._mode, self._entry())
+        time = first.spec.time
+        if configured and time.tick_file is None and time.event_time_column is not None:
+            # chained steps evict with the watermark: batches without data once it moves
+            time = dataclasses.replace(time, tick_file=default_demand_file(
+                first.location, first.spec.name))
+        spec = dataclasses.replace(first.spec, chain=configured, time=time,
+                                   query_output_mode=self._mode)
+        return StatefulOperator(spec, first.settings)
+
+    def _entry(self) -> str:
+        return self._chain.entry if self._chain is not None else "process"
+
+    def _steps(self) -> ChainedSteps:
+        if self._chain is not None:
+            return self._chain
+        spec = self._first.spec
+        return ChainedSteps.after(self._df, spec.output_schema, spec.output_event_time,
+                                  spec.time.mode, type(spec.processor).__name__)
+
+    def _chained(self, chain: ChainedSteps, call: str = "") -> StatefulStream:
+        return StatefulStream(self._df, self._first, chain=chain, output_mode=self._mode)
+
+    # --- stateful steps after this one (spark/chain) ---------------------------------------
+
+    def group_by(self, *columns: Any) -> GroupedSteps[StatefulStream]:
+        """An aggregation or a transformWithState after this step, as PySpark's GroupedData:
+        `.group_by(F.window("ts", "10 seconds")).count()`, `.agg(...)`,
+        `.transformWithStateInPandas(...)`."""
+        return GroupedSteps(self._steps(), columns, self._chained)
+
+    def drop_duplicates(self, subset: Sequence[str] | None = None) -> StatefulStream:
+        """Rows whose `subset` columns (all columns without it) were not seen before."""
+        label = f"dropDuplicates({list(subset)!r})" if subset else "dropDuplicates()"
+        return self._chained(self._steps().deduplicate(subset, False, label))
+
+    def drop_duplicates_within_watermark(self, subset: Sequence[str] | None = None
+                                         ) -> StatefulStream:
+        """Rows whose `subset` columns were not seen within the watermark delay."""
+        label = (f"dropDuplicatesWithinWatermark({list(subset)!r})" if subset
+                 else "dropDuplicatesWithinWatermark()")
+        return self._chained(self._steps().deduplicate(subset, True, label))
+
+    def transform(self, func: Callable[[Any], Any]) -> StatefulStream:
+        """A stateless step on each batch's output of the last stateful step (a function of
+        a DataFrame, e.g. lambda df: df.withColumn(...)); tried now on an empty batch."""
+        return self._chained(self._steps().then(func))
+
+    def with_chain(self, chain: ChainedSteps, output_mode: str) -> StatefulStream:
+        """This step with the steps `chain` planned after it (the switch's stand-in builds
+        them), in a query of `output_mode`; the stateless steps after the last stateful step
+        are the caller's to apply."""
+        return StatefulStream(self._df, self._first, chain=dataclasses.replace(chain, steps=()),
+                              output_mode=output_mode)
+
+    def output_mode(self, mode: str) -> StatefulStream:
+        """The query's output mode: "append" (default), "update" or "complete"; it decides
+        what a chained aggregation emits, with Spark's rules."""
+        return StatefulStream(self._df, self._first, chain=self._chain,
+                              output_mode=str(mode).lower())
 
     def foreach_batch(self, sink: Sink) -> StatefulStream:
         """`sink(output_df, batch_id)` runs once per batch before the commit; make it
@@ -204,12 +295,23 @@ class StatefulStream:
 
     def run_batch(self, df: Any, batch_id: int) -> None:
         """The foreachBatch function; also usable directly on a batch DataFrame."""
-        progress = self.operator.process_batch(df, batch_id, self._sink)
+        progress = self.operator.process_batch(df, batch_id, self._batch_sink())
         self.progress.append(progress)
         log_batch(progress, self.operator.spec.name, self.operator.location,
                   show=self.operator.settings.query.log_progress)
         if self._on_progress is not None:
             self._on_progress(progress)
+
+    def _batch_sink(self) -> Sink | None:
+        """The sink, after the stateless steps written since the last stateful step."""
+        sink, chain = self._sink, self._chain
+        if sink is None or chain is None or not chain.steps:
+            return sink
+
+        def shaped(output: Any, batch_id: int) -> None:
+            sink(chain.finish(output), batch_id)
+
+        return shaped
 
     def check_trigger(self, trigger: Mapping[str, Any] | None) -> None:
         """Refuse, before anything is written, a trigger this PySpark cannot run with the

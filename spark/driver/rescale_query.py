@@ -83,16 +83,15 @@ def recorded_key_types(entry: CommitEntry, location: str) -> tuple[str, ...]:
     return tuple(str(t) for t in types)
 
 
-def operator_of(entry: CommitEntry, location: str, operator: str | None) -> str:
+def operators_of(entry: CommitEntry, location: str, operator: str | None) -> list[str]:
+    """The operators to rescale: the one named, else every operator of the batch (the steps
+    of a chain share one partition count)."""
     if operator is not None:
         if operator not in entry.operators:
             raise RescaleError(f"checkpoint {location!r}: batch {entry.batch_id} has no operator "
                                f"{operator!r} (has {sorted(entry.operators)})")
-        return operator
-    if len(entry.operators) != 1:
-        raise RescaleError(f"checkpoint {location!r}: batch {entry.batch_id} has operators "
-                           f"{sorted(entry.operators)}: name one with --operator")
-    return next(iter(entry.operators))
+        return [operator]
+    return list(entry.operators)
 
 
 def rescale(settings: BackendSettings, location: str, entry: CommitEntry, operator: str,
@@ -150,15 +149,21 @@ def rescale_offline(storage: ChangelogService, settings: BackendSettings,
                                f"to rescale (start the query with the partition count you "
                                f"want)")
         batch_id, entry = latest
-        name = operator_of(entry, location, operator)
-        if not needs_rescale(entry, name, partitions):
+        names = operators_of(entry, location, operator)
+        moving = [name for name in names if needs_rescale(entry, name, partitions)]
+        if not moving:
             return {"changed": False, "batch_id": batch_id, "partitions": partitions,
-                    "operator": name, "key_groups": key_groups_in(entry.extra)}
+                    "operator": ", ".join(names), "key_groups": key_groups_in(entry.extra)}
+        first = names[0]
         types = tuple(key_types) if key_types else recorded_key_types(entry, location)
-        rescaled = rescale(settings, location, entry, name, partitions, types, "offline")
-        path = log.write(batch_id, rescaled_entry(entry, name, rescaled, types), lease=lease,
-                         rerun=True)
-        return {"changed": True, "operator": name, "commit_entry": path, **rescaled.record}
+        record: dict[str, Any] = {}
+        for name in moving:  # every operator's new stores, then one entry naming them all
+            own = types if name == first else ()
+            rescaled = rescale(settings, location, entry, name, partitions, own, "offline")
+            entry = rescaled_entry(entry, name, rescaled, own)
+            record = record or rescaled.record
+        path = log.write(batch_id, entry, lease=lease, rerun=True)
+        return {"changed": True, "operator": ", ".join(moving), "commit_entry": path, **record}
     finally:
         lease.release("rescale finished")
 

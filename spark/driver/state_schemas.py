@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
 from pyspark_dstl.backend.faults import kill_point
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
@@ -42,9 +42,7 @@ from pyspark_dstl.changelog.changelog_errors import (
 )
 from pyspark_dstl.materializer.remote import RemoteFiles
 from pyspark_dstl.spark.codec.schema_history import check_against_history
-
-if TYPE_CHECKING:
-    from pyspark_dstl.spark.driver.operator import StatefulOperator
+from pyspark_dstl.spark.driver.query_lease import LeaseHolder, hold
 from pyspark_dstl.spark.spark_errors import StateSchemaError
 
 
@@ -107,33 +105,100 @@ def _record(storage: RemoteFiles, operator: str, records: Mapping[int, SchemaRec
 # ---- the operator's side ---------------------------------------------------------------------
 
 
-def settle_operator(operator: StatefulOperator) -> SchemaHistory | None:
-    """Settle the schemas of the operator's processor, if it declares any (a PySpark
-    processor), and hand the history to it for its tasks."""
-    processor = operator.spec.processor
-    declared = getattr(processor, "declarations", None)
-    if not isinstance(declared, Declarations):
-        return None
-    from pyspark_dstl.spark.driver import query_lease as fencing
+class SchemaOwner(LeaseHolder, Protocol):
+    """What settling needs of the query's operator (driver/operator.py): its first step, the
+    steps chained after it, its location and storage. A protocol, so that the operator imports
+    this module and not the other way round."""
 
-    fencing.hold(operator).check("settle the state schemas")
-    history = settle(operator._storage(), operator.spec.name, declared)
-    cast(Any, processor).history = history  # a PySpark processor's adapter keeps it
-    return history
+    spec: Any
+    chained: tuple[Any, ...]
+    location: str
+    _chain_checked: bool
 
 
-def ensure_settled(operator: StatefulOperator) -> None:
+def _processors(operator: SchemaOwner) -> list[tuple[str, Any]]:
+    """(operator name, processor) of every operator of the query: the first stateful step
+    and each step chained after it."""
+    found = [(operator.spec.name, operator.spec.processor)]
+    for chained in operator.chained:
+        found.append((chained.name, chained.link.processor))
+    return found
+
+
+def settle_operator(operator: SchemaOwner) -> SchemaHistory | None:
+    """Settle the schemas of every processor of the query that declares any (a PySpark
+    processor: the first step, a chained transformWithState), hand each history to its
+    processor for the tasks, and check that the chained steps' state is the recorded one.
+    Returns the first step's history."""
+    check_chain(operator)
+    first: SchemaHistory | None = None
+    for position, (name, processor) in enumerate(_processors(operator)):
+        declared = getattr(processor, "declarations", None)
+        if not isinstance(declared, Declarations):
+            continue
+        hold(operator).check("settle the state schemas")
+        history = settle(operator._storage(), name, declared)
+        cast(Any, processor).history = history  # a PySpark processor's adapter keeps it
+        if position == 0:
+            first = history
+    return first
+
+
+def ensure_settled(operator: SchemaOwner) -> None:
     """Before a batch of an operator run without `start()` (run_batch, a Connect server's
     foreachBatch): settle once."""
-    processor = operator.spec.processor
-    if isinstance(getattr(processor, "declarations", None), Declarations) and \
-            getattr(processor, "history", None) is None:
+    unsettled = [processor for _, processor in _processors(operator)
+                 if isinstance(getattr(processor, "declarations", None), Declarations)
+                 and getattr(processor, "history", None) is None]
+    if unsettled or not operator._chain_checked:
         settle_operator(operator)
 
 
-def commit_extra(operator: StatefulOperator) -> dict[str, Any]:
-    """What a commit entry records: the schema id its batch wrote with."""
-    history = getattr(operator.spec.processor, "history", None)
-    if not isinstance(history, SchemaHistory):
-        return {}
-    return {COMMIT_EXTRA: {operator.spec.name: history.current}}
+def commit_extra(operator: SchemaOwner) -> dict[str, Any]:
+    """What a commit entry records: the schema id each operator's batch wrote with."""
+    ids = {name: processor.history.current for name, processor in _processors(operator)
+           if isinstance(getattr(processor, "history", None), SchemaHistory)}
+    return {COMMIT_EXTRA: ids} if ids else {}
+
+
+def check_chain(operator: SchemaOwner) -> None:
+    """The state of each chained step must be what the newest commit recorded for the
+    operator of that name (its kind, keys and aggregate buffers): a query whose steps after
+    the first changed would read one step's state as another's. Refused on the driver,
+    before any batch, naming the step and the change."""
+    chained = list(operator.chained)
+    if not chained:
+        return
+    latest = CommitLog(operator._storage()).latest()
+    records = {}
+    if latest is not None:
+        for record in latest[1].extra.get("chain") or []:
+            if isinstance(record, Mapping):
+                records[record.get("name")] = record
+    for step in chained:
+        recorded = records.get(step.name)
+        if recorded is None:
+            continue
+        now = step.link.record.get("state")
+        before = recorded.get("state")
+        if now != before:
+            raise StateSchemaError(
+                f"{step.link.label}: operator {step.name!r} of checkpoint "
+                f"{operator.location!r} holds the state of "
+                f"{recorded.get('label', recorded.get('kind'))!r} ({_describe(before)}), not of "
+                f"this step ({_describe(now)}): a changed step after the first one cannot read "
+                f"the state of the old one; start the changed query on a new checkpoint "
+                f"location (or restore the step as it was)")
+    operator._chain_checked = True
+
+
+def _describe(state: Any) -> str:
+    if not isinstance(state, Mapping):
+        return "no recorded layout"
+    parts = [str(state.get("kind"))]
+    if state.get("keys") is not None:
+        parts.append(f"keys {state.get('keys')}")
+    if state.get("aggregates") is not None:
+        parts.append("aggregates " + ", ".join(f"{a[0]} as {a[1]}"
+                                               for a in state.get("aggregates") or []))
+    return "; ".join(parts)

@@ -77,6 +77,7 @@ from pyspark_dstl.spark.moves.spark_files import (
     place_operator_metadata,
     place_state,
 )
+from pyspark_dstl.spark.operator_list import query_operators
 from pyspark_dstl.spark.processors.declarations import declaring_handle
 from pyspark_dstl.spark.pyspark_api.pyspark_state import CompatHandle, SchemaBook, ttl_ms_of
 from pyspark_dstl.spark.query_settings import QUERY_PREFIX, DstlSettings
@@ -255,6 +256,7 @@ def _read_location(url: str, storage: Any, settings: DstlSettings,
         raise ExportStateError(f"checkpoint location {display_location(url)!r}: batch "
                                f"{batch_id} has no operator {operator!r} (it has "
                                f"{sorted(entry.operators)}); give --name")
+    _refuse_chain(url, batch_id, entry)
     engine_url = (engine_checkpoint or settings.query.engine_checkpoint_location
                   or default_engine_checkpoint(url))
     engine = local_path(engine_url, "engine checkpoint", FIX)
@@ -264,6 +266,21 @@ def _read_location(url: str, storage: Any, settings: DstlSettings,
             f"the location's last committed batch: give the query's engine checkpoint "
             f"(--engine-checkpoint)")
     return Source(url, storage, settings, operator, batch_id, entry, engine)
+
+
+def _refuse_chain(url: str, batch_id: int, entry: Any) -> None:
+    """A query with stateful steps after its transformWithState: Spark's own operators of
+    those steps would resume without their state (open windows, seen keys), so it is not
+    exported at all, whichever operator is named."""
+    chained = [op for op in query_operators(entry) if op.position > 0]
+    if chained:
+        raise ExportStateError(
+            f"checkpoint location {display_location(url)!r}: batch {batch_id}'s query chains "
+            f"stateful steps after its transformWithState ("
+            + ", ".join(f"operator {op.name}: {op.label or op.kind}" for op in chained)
+            + "); export-state writes transformWithState state only, and Spark's operators of "
+            "the chained steps would resume without their state: keep the query on this "
+            "backend, or start it on PySpark's own operators from its input")
 
 
 def _declarations(processor: Any, source: Source) -> tuple[dict[str, Declared], SchemaBook]:

@@ -143,6 +143,16 @@ def read_operator(spark: Any, checkpoint: SparkCheckpoint, batch_id: int) -> Spa
             f"Spark checkpoint {str(checkpoint.root)!r} has no transformWithState operator "
             f"(operators: {', '.join(names)}); import-state reads transformWithState / "
             f"transformWithStateInPandas state only")
+    others = sorted({(int(row["operatorId"]), str(row["operatorName"])) for row in rows
+                     if row not in found})
+    if others:
+        raise NoTransformWithStateError(
+            f"Spark checkpoint {str(checkpoint.root)!r} chains stateful operators with its "
+            f"transformWithState ("
+            + ", ".join(f"operator {number}: {name}" for number, name in others)
+            + "); import-state (into a new location or in place) moves transformWithState "
+            "state only, and the state of the chained steps (open windows, seen keys) would be "
+            "lost: start the chained query on this backend from its input")
     if len({int(row["operatorId"]) for row in found}) > 1:
         raise NoTransformWithStateError(
             f"Spark checkpoint {str(checkpoint.root)!r} has several transformWithState "

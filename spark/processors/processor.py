@@ -102,8 +102,10 @@ class StatefulProcessorHandle:
 
     # --- timers of many keys (vectorized processors) -------------------------------------
 
-    def register_timers(self, keys: Sequence[Sequence[Any]], expiry_ms: Iterable[int]) -> None:
-        """One timer per (key, expiry) pair."""
+    def register_timers(self, keys: Sequence[Sequence[Any]], expiry_ms: Iterable[int], *,
+                        allow_due: bool = False) -> None:
+        """One timer per (key, expiry) pair; `allow_due` as in `register_timer` (a due timer
+        fires in this batch, after handle_batch)."""
         self._require_time_mode("register_timers")
         encoded = self._context.encode_keys(keys)
         expiries = [int(e) for e in expiry_ms]
@@ -111,7 +113,8 @@ class StatefulProcessorHandle:
             raise TimerError(f"register_timers got {len(encoded)} keys and {len(expiries)} "
                              f"expiries")
         for key, expiry in zip(encoded, expiries, strict=True):
-            self._check_future(expiry)
+            if not allow_due:
+                self._check_future(expiry)
             self._timers.register(key, expiry)
 
     def delete_timers(self, keys: Sequence[Sequence[Any]], expiry_ms: Iterable[int]) -> None:

@@ -16,6 +16,7 @@ import numpy as np
 from pyspark_dstl.spark.codec.value_columns import decode_column, encode_column
 from pyspark_dstl.spark.codec.values import (
     Expiring,
+    decode_key,
     decode_user_key,
     decode_value,
     encode_elements,
@@ -226,6 +227,24 @@ class ValueState(_StateVariable):
 
     def clear_many(self, keys: Sequence[Sequence[Any]]) -> None:
         self._store.remove_many(self._context.encode_keys(keys), self.cf)
+
+    def entries(self) -> tuple[Keys, list[Any]]:
+        """Every key of the partition that holds a value, with its value (expired values left
+        out, and removed): the whole state of the variable, for a vectorized processor."""
+        now, name = self._context.now_ms, self.name
+        encoded: list[bytes] = []
+        values: list[Any] = []
+        expired: list[bytes] = []
+        for key, raw in self._store.prefix_scan(b"", self.cf):
+            alive, value = decode_value(raw, now, name)
+            if alive:
+                encoded.append(key)
+                values.append(value)
+            else:
+                expired.append(key)
+        if expired:
+            self._store.remove_many(expired, self.cf)
+        return Keys([decode_key(key, name) for key in encoded], encoded), values
 
 
 class ListState(_StateVariable):

@@ -42,7 +42,11 @@ from pyspark_dstl.spark.pyspark_api.pyspark_rows import (
 )
 from pyspark_dstl.spark.pyspark_api.pyspark_state import CompatHandle, SchemaBook
 from pyspark_dstl.spark.time.modes import time_mode_of
-from pyspark_dstl.spark.time.query_time import EVENT_TIME_TYPES, WATERMARK_METADATA
+from pyspark_dstl.spark.time.query_time import (
+    EVENT_TIME_TYPES,
+    WATERMARK_METADATA,
+    require_watermark_for_event_time,
+)
 
 ENTRIES = {PANDAS: "transformWithStateInPandas", ROWS: "transformWithState"}
 OUTPUT_MODES = ("append", "update")
@@ -69,6 +73,8 @@ def plan_transform(df: Any, key_columns: Sequence[str], processor: Any, output_s
     struct = _output_struct(output_schema)
     _check_event_time_column(event_time_column, struct)
     _check_watermark(df, mode)
+    if event_time_column:
+        require_watermark_for_event_time(df, "eventTimeColumnName")
     zone = str(df.sparkSession.conf.get("spark.sql.session.timeZone"))
     tzinfo_of(zone)
     initial_names: tuple[str, ...] = ()
@@ -164,8 +170,8 @@ def _output_struct(schema: Any) -> Any:
 
 
 def _check_event_time_column(name: Any, schema: Any) -> None:
-    """PySpark uses it to carry the watermark to a downstream operator; the output here goes
-    to a foreach_batch sink, so it is only checked."""
+    """The output column that carries event time (and the watermark) to the stateful steps
+    after this one; every emitted row's time is checked against the late-events watermark."""
     if name is None or name == "":
         return
     if not isinstance(name, str) or name not in schema.names:

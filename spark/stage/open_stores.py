@@ -147,10 +147,10 @@ class OpenStores:
                             entry.partition, entry.url, exc_info=True)
 
 
-def _request_path(options: BackendSettings, url: str, store_id: str) -> str:
+def _request_path(settings: BackendSettings, location: str, store_id: str) -> str:
     operator, partition = split_store_id(store_id)
-    return os.path.join(location_dir(options.local_dir, url), STORES_DIR, operator, str(partition),
-                        REQUEST_NAME)
+    return os.path.join(location_dir(settings.local_dir, location), STORES_DIR, operator,
+                        str(partition), REQUEST_NAME)
 
 
 def _touch(path: str) -> None:

@@ -155,7 +155,8 @@ class StagedOutput:
         frames = []
         if self.inline.num_rows or not self.files:
             with arrow_batches_limited(spark, self.inline.num_rows):
-                frames.append(spark.createDataFrame(self.inline, schema=spark_schema))
+                frames.append(spark.createDataFrame(with_chunks(self.inline),
+                                                    schema=spark_schema))
         if self.files:
             files = OutputFileSet(self.url, self.settings, self.schema, self.files)
             ids = spark.range(0, len(files.files), 1, len(files.files))
@@ -225,6 +226,14 @@ def delete_before(storage: ChangelogService, operator: str, batch_id: int) -> in
             paths.append(info.path)
     storage.delete_many(paths)
     return len(paths)
+
+
+def with_chunks(table: pa.Table) -> pa.Table:
+    """`table` with at least one chunk per column: PySpark's createDataFrame(<Arrow table>)
+    fails on a struct column of timestamps without chunks (an empty output)."""
+    if table.num_rows or all(column.num_chunks for column in table.columns):
+        return table
+    return table.schema.empty_table()
 
 
 @contextlib.contextmanager

@@ -22,7 +22,7 @@ from pyspark_dstl.backend.rescale.key_groups import KEY_GROUPS
 from pyspark_dstl.spark.keys.key_grouping import KeyGrouping
 from pyspark_dstl.spark.processors import initial_state
 from pyspark_dstl.spark.processors.processor import AnyProcessor
-from pyspark_dstl.spark.spark_errors import PartitioningError
+from pyspark_dstl.spark.spark_errors import LateOutputRowError, PartitioningError
 from pyspark_dstl.spark.stage.failures import task_failure
 from pyspark_dstl.spark.stage.open_stores import executor_stores
 from pyspark_dstl.spark.stage.output_files import (
@@ -36,7 +36,11 @@ from pyspark_dstl.spark.stage.report import TaskReport
 from pyspark_dstl.spark.stage.runner import BatchTimes, run_processor
 from pyspark_dstl.spark.stage.upload_stats import upload_delta
 from pyspark_dstl.spark.time.modes import NO_TIME
-from pyspark_dstl.spark.time.watermark import drop_late_rows, max_event_time_ms
+from pyspark_dstl.spark.time.watermark import (
+    drop_late_rows,
+    late_emitted_rows,
+    max_event_time_ms,
+)
 
 META_COLUMN = "__dstl_meta"
 PARTITION_COLUMN = "__dstl_partition"
@@ -64,6 +68,10 @@ class TaskPlan:
     inline_bytes: int = 0  # outputMode "files": a smaller output comes with the meta row
     key_types: tuple[str, ...] = ()  # the key columns' Spark types (simpleString)
     key_groups: int = KEY_GROUPS  # G: keys are stored behind pmod(hash(keys), G)
+    # transformWithState's eventTimeColumnName: every emitted row's time must be later than
+    # `output_late_ms` (the previous batch's watermark)
+    output_event_time: str | None = None
+    output_late_ms: int | None = None
 
     @property
     def grouping(self) -> KeyGrouping:
@@ -195,6 +203,7 @@ def _process_and_commit(plan: TaskPlan, processor: AnyProcessor, partition: int,
                 batch_id=plan.batch_id, partition_id=partition, times=plan.times,
                 initial_state=rows.initial, grouping=plan.grouping)
             clock.mark("processed")
+            _check_emitted_times(plan, processor, result.output)
             info = store.commit()
         except BaseException as exc:
             store.abort()
@@ -206,6 +215,23 @@ def _process_and_commit(plan: TaskPlan, processor: AnyProcessor, partition: int,
                                .context(plan.location).storage)
     return _Run(info, result.output, result.keys, result.timers_fired, result.next_timer_ms,
                 metrics, uploads)
+
+
+def _check_emitted_times(plan: TaskPlan, processor: AnyProcessor, output: pa.Table) -> None:
+    """Spark's rule for a step that names its event-time column: no emitted row may be at or
+    before the watermark for late events, which the steps after it filter with."""
+    if plan.output_event_time is None or plan.output_late_ms is None:
+        return
+    count, oldest = late_emitted_rows(output, plan.output_event_time, plan.output_late_ms)
+    if count:
+        name = getattr(processor, "display_name", type(processor).__name__)
+        raise LateOutputRowError(
+            f"{name} emitted {count} row(s) whose event time ({plan.output_event_time!r}, "
+            f"eventTimeColumnName) is at or before the watermark for late events, "
+            f"{plan.output_late_ms} ms; the oldest is {oldest} us "
+            f"(EMITTING_ROWS_OLDER_THAN_WATERMARK_NOT_ALLOWED in Spark): emit event times "
+            f"after the previous batch's watermark, e.g. from the input rows or a timer's "
+            f"expiry, or leave eventTimeColumnName out when no step after it uses event time")
 
 
 def _write_output(plan: TaskPlan, processor: AnyProcessor, partition: int,

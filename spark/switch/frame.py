@@ -4,8 +4,10 @@ The stateful step runs inside foreachBatch (that is what lets the driver pick th
 attempt of every partition), so its output exists only batch by batch. Stateless steps called
 after it are recorded and replayed on each batch's output; each is also tried at the call on an
 empty DataFrame of the output's schema, so a wrong column name fails where it is written, as
-it would in Spark. Stateful steps and actions are refused at the call, naming the step and what
-to do instead.
+it would in Spark. The stateful steps Spark 4 allows after transformWithState (an aggregation,
+a deduplication, another transformWithState) become further operators of the same query
+(`spark/chain/`); other stateful steps and actions are refused at the call, naming the step
+and what to do instead.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pyspark_dstl.spark.chain.grouping import GroupedSteps
+from pyspark_dstl.spark.chain.steps import ChainedSteps
 from pyspark_dstl.spark.spark_errors import DropInUsageError
 
 STATELESS_STEPS = frozenset({
@@ -23,11 +27,12 @@ STATELESS_STEPS = frozenset({
     "withColumnRenamed", "withColumns", "withColumnsRenamed", "withMetadata", "withWatermark",
     "unpivot", "melt", "to",
 })
+CHAINED_STEPS = frozenset({"groupBy", "groupby", "agg", "distinct", "dropDuplicates",
+                           "drop_duplicates", "dropDuplicatesWithinWatermark",
+                           "drop_duplicates_within_watermark"})
 STATEFUL_STEPS = {
-    "groupBy": "an aggregation", "groupby": "an aggregation", "agg": "an aggregation",
-    "cube": "an aggregation", "rollup": "an aggregation", "groupingSets": "an aggregation",
-    "distinct": "a deduplication", "dropDuplicates": "a deduplication",
-    "drop_duplicates": "a deduplication", "dropDuplicatesWithinWatermark": "a deduplication",
+    "cube": "a cube aggregation", "rollup": "a rollup aggregation",
+    "groupingSets": "a grouping-sets aggregation",
     "limit": "a streaming limit", "orderBy": "a sort", "sort": "a sort",
     "union": "a union with another DataFrame", "unionAll": "a union with another DataFrame",
     "unionByName": "a union with another DataFrame",
@@ -72,14 +77,14 @@ class StatefulCall:
 
 class StatefulDataFrame:
     """Stands in for the streaming DataFrame a transformWithState call returns: stateless steps,
-    the schema, and `.writeStream`."""
+    the stateful steps chained after it, the schema, and `.writeStream`."""
 
-    def __init__(self, call: StatefulCall, plan: Any, template: Any,
+    def __init__(self, call: StatefulCall, plan: Any, chain: ChainedSteps,
                  steps: tuple[Step, ...] = ()) -> None:
         self._call = call
         self._plan = plan  # compat.CompatPlan: the checked processor and output schema
-        self._template = template  # an empty batch DataFrame with this frame's schema
-        self._steps = steps
+        self._chain = chain  # the steps after the first one, and this frame's template
+        self._steps = steps  # every step written after the first one, for explain()
 
     @classmethod
     def of(cls, source: Any, key_columns: tuple[str, ...], rows_as: str,
@@ -91,8 +96,11 @@ class StatefulDataFrame:
                               arguments["outputStructType"], arguments["outputMode"],
                               arguments["timeMode"], arguments["initialState"],
                               arguments["eventTimeColumnName"], rows_as)
-        template = source.sparkSession.createDataFrame([], plan.output_schema)
-        return cls(StatefulCall(source, key_columns, rows_as, dict(arguments)), plan, template)
+        call = StatefulCall(source, key_columns, rows_as, dict(arguments))
+        chain = ChainedSteps.after(source, plan.output_schema,
+                                   arguments["eventTimeColumnName"] or None, plan.time_mode,
+                                   call.entry)
+        return cls(call, plan, chain)
 
     # --- what the writer needs ---------------------------------------------------------------
 
@@ -104,13 +112,21 @@ class StatefulDataFrame:
     def compat_plan(self) -> Any:
         return self._plan
 
+    @property
+    def chained_steps(self) -> ChainedSteps:
+        """The stateful steps after the first one (`.links`) and the stateless steps since the
+        last stateful step."""
+        return self._chain
+
     def apply_steps(self, output: Any) -> Any:
-        """One batch's stateful output with the recorded stateless steps applied."""
-        for step in self._steps:
-            output = step.apply(output)
-        return output
+        """One batch's output of the last stateful step with the stateless steps since it."""
+        return self._chain.finish(output)
 
     # --- the DataFrame surface ---------------------------------------------------------------
+
+    @property
+    def _template(self) -> Any:
+        return self._chain.template
 
     @property
     def writeStream(self) -> Any:
@@ -164,6 +180,8 @@ class StatefulDataFrame:
             raise AttributeError(name)
         if name in STATELESS_STEPS:
             return self._recorder(name)
+        if name in CHAINED_STEPS:
+            return getattr(self, "_" + name.lower().replace("_", ""))
         if name in STATEFUL_STEPS:
             return _refusal(self._call.entry, name, STATEFUL_STEPS[name])
         if name in ACTIONS:
@@ -181,6 +199,10 @@ class StatefulDataFrame:
         columns = ", ".join(f"{name}: {kind}" for name, kind in self.dtypes)
         return f"StatefulDataFrame[{columns}]"
 
+    def _with(self, chain: ChainedSteps, method: str) -> StatefulDataFrame:
+        return StatefulDataFrame(self._call, self._plan, chain,
+                                 (*self._steps, Step(method, (), {})))
+
     def _recorder(self, method: str) -> Callable[..., StatefulDataFrame]:
         def record(*args: Any, **kwargs: Any) -> StatefulDataFrame:
             for value in (*args, *kwargs.values()):
@@ -191,17 +213,52 @@ class StatefulDataFrame:
                         f"the streams before the stateful step, or write this output to a "
                         f"table and read it as a stream in a second query")
             step = Step(method, tuple(args), dict(kwargs))
-            template = step.apply(self._template)
-            return StatefulDataFrame(self._call, self._plan, template, (*self._steps, step))
+            redefines = (f"withWatermark({', '.join(map(repr, args))})"
+                         if method == "withWatermark" else None)
+            chain = self._chain.then(step.apply, redefines_watermark=redefines)
+            return StatefulDataFrame(self._call, self._plan, chain, (*self._steps, step))
 
         return record
+
+    # --- stateful steps after the first one (spark/chain) --------------------------------
+
+    def _groupby(self, *cols: Any) -> GroupedSteps[StatefulDataFrame]:
+        return GroupedSteps(self._chain, cols, self._with)
+
+    def _agg(self, *exprs: Any) -> StatefulDataFrame:
+        return GroupedSteps(self._chain, (), self._with).agg(*exprs)
+
+    def _distinct(self) -> StatefulDataFrame:
+        return self._with(self._chain.deduplicate(None, False, "distinct()"), "distinct")
+
+    def _dropduplicates(self, subset: Any = None, *more: str) -> StatefulDataFrame:
+        columns = _subset(subset, more)
+        label = f"dropDuplicates({columns!r})" if columns else "dropDuplicates()"
+        return self._with(self._chain.deduplicate(columns, False, label), "dropDuplicates")
+
+    def _dropduplicateswithinwatermark(self, subset: Any = None,
+                                       *more: str) -> StatefulDataFrame:
+        columns = _subset(subset, more)
+        label = (f"dropDuplicatesWithinWatermark({columns!r})" if columns
+                 else "dropDuplicatesWithinWatermark()")
+        return self._with(self._chain.deduplicate(columns, True, label),
+                          "dropDuplicatesWithinWatermark")
+
+
+def _subset(subset: Any, more: tuple[str, ...]) -> list[str] | None:
+    if subset is None:
+        return list(more) or None
+    if isinstance(subset, str):
+        return [subset, *more]
+    return [*subset, *more]
 
 
 def _refusal(entry: str, method: str, kind: str) -> Callable[..., Any]:
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise DropInUsageError(
-            f"{method}(...) after {entry}: {kind} is a stateful step, and a stateful step "
-            f"cannot follow the stateful step on this backend; run it on each batch in "
+            f"{method}(...) after {entry}: {kind} is a stateful step this backend does not "
+            f"run after a stateful step (it runs aggregations, deduplications and "
+            f"transformWithState there); run it on each batch in "
             f".writeStream.foreachBatch(...), or write this output to a table and read that "
             f"as a stream in a second query")
 

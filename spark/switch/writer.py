@@ -39,7 +39,7 @@ from pyspark_dstl.spark.switch.sinks import (
 )
 
 TEMPORARY_CHECKPOINT_SINKS = frozenset({CONSOLE, MEMORY, FOREACH, FOREACH_BATCH, "noop"})
-OUTPUT_MODES = ("append", "update")
+OUTPUT_MODES = ("append", "update", "complete")
 SESSION_CHECKPOINT = "spark.sql.streaming.checkpointLocation"
 SHUFFLE_PARTITIONS = "spark.sql.shuffle.partitions"
 QUERY_PARTITIONS = "spark.dstl.query.partitions"
@@ -63,6 +63,9 @@ class StreamingResult(Protocol):
 
     @property
     def compat_plan(self) -> Any: ...
+
+    @property
+    def chained_steps(self) -> Any: ...
 
     def apply_steps(self, output: Any) -> Any: ...
 
@@ -90,13 +93,14 @@ class StatefulStreamWriter:
 
     def outputMode(self, outputMode: str) -> StatefulStreamWriter:
         mode = str(outputMode).lower()
-        if mode == "complete":
+        if mode == "complete" and not self._frame.chained_steps.has_aggregation:
             raise DropInUsageError(
                 f"outputMode({outputMode!r}): transformWithState runs in Append or Update mode, "
-                f"not Complete; use outputMode('append') or outputMode('update')")
+                f"not Complete (Complete output mode needs a streaming aggregation, in Spark "
+                f"too); use outputMode('append') or outputMode('update')")
         if mode not in OUTPUT_MODES:
             raise DropInUsageError(f"outputMode({outputMode!r}): unknown output mode; use "
-                                   f"'append' or 'update'")
+                                   f"'append', 'update' or 'complete'")
         self._mode = mode
         return self
 
@@ -228,11 +232,12 @@ class StatefulStreamWriter:
             if path is None:
                 raise DropInUsageError(f"format({kind!r}).start(): the file sink needs a path; "
                                        f"pass start(path) or option('path', ...)")
-            if self._mode == "update":
+            if self._mode != "append":
                 raise DropInUsageError(
-                    f"format({kind!r}) with outputMode('update'): a file sink only appends, in "
-                    f"Spark too (files once written are never changed); use outputMode('append'), "
-                    f"or write updates with foreachBatch or a table format that merges")
+                    f"format({kind!r}) with outputMode({self._mode!r}): a file sink only "
+                    f"appends, in Spark too (files once written are never changed); use "
+                    f"outputMode('append'), or write updates with foreachBatch or a table "
+                    f"format that merges")
             if is_connect(spark):
                 raise DropInUsageError(
                     f"format({kind!r}) on Spark Connect: the exactly-once file sink needs the "
@@ -255,7 +260,9 @@ class StatefulStreamWriter:
         stream = GroupedStateful(call.source, call.key_columns).process(
             plan.processor, plan.output_schema, checkpoint_location=checkpoint,
             time_mode=plan.time_mode,
-            initial_state=plan.initial_state, partitions=int(shuffle) if shuffle else None)
+            initial_state=plan.initial_state, partitions=int(shuffle) if shuffle else None,
+            output_event_time=call.arguments.get("eventTimeColumnName") or None)
+        stream = stream.with_chain(frame.chained_steps, self._mode)
         stream.check_trigger(self._trigger or None)  # before the location is touched
 
         def write(output: Any, batch_id: int) -> None:

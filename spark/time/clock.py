@@ -54,6 +54,10 @@ class BatchClock:
     late_threshold_ms: int | None
     delay_ms: int
     event_time: bool
+    # the previous batch's watermark (Spark's watermark for late events), whatever the mode:
+    # rows emitted with an event time at or before it are refused, chained operators drop
+    # late rows against it
+    previous_watermark_ms: int = INITIAL_WATERMARK_MS
 
     @classmethod
     def for_batch(cls, spec: TimeSpec, base: CommitEntry | None, now_ms: int) -> BatchClock:
@@ -63,10 +67,11 @@ class BatchClock:
         watermark = int(recorded.get("next_watermark_ms", INITIAL_WATERMARK_MS))
         # as in Spark's transformWithState, late rows are dropped only in event time; the
         # watermark itself advances in every mode
+        previous = int(recorded.get("watermark_ms", INITIAL_WATERMARK_MS))
         late = (recorded.get("watermark_ms") if base is not None and spec.mode == "event_time"
                 else None)
         return cls(spec.mode, now_ms, watermark, None if late is None else int(late),
-                   spec.watermark_delay_ms, True)
+                   spec.watermark_delay_ms, True, previous)
 
     def record(self, stats: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         """What the commit entry keeps: this batch's clocks and what the next batch needs."""

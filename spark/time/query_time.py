@@ -51,3 +51,27 @@ def time_spec(df: Any, time_mode: Any, event_time: str | None,
                           "event_time=<column> and watermark_delay=..., or use "
                           "df.withWatermark(<column>, <delay>) on the input")
     return TimeSpec(mode, column, delay_ms or 0)
+
+
+def check_output_event_time(df: Any, output_schema: Any, column: str, what: str) -> None:
+    """A stateful step's output column that carries event time on to the steps after it
+    (PySpark's eventTimeColumnName): a timestamp column of the output, inheriting the
+    watermark of the step's input, which must therefore have one."""
+    if column not in output_schema.names:
+        raise ConfigError(f"{what}: no column {column!r} in the output schema "
+                          f"({', '.join(output_schema.names)})")
+    type_name = output_schema[column].dataType.typeName()
+    if type_name not in EVENT_TIME_TYPES:
+        raise ConfigError(f"{what}: output column {column!r} has type {type_name}; the "
+                          f"event-time column must be a timestamp")
+    require_watermark_for_event_time(df, what)
+
+
+def require_watermark_for_event_time(df: Any, what: str) -> None:
+    """Spark's CANNOT_ASSIGN_EVENT_TIME_COLUMN_WITHOUT_WATERMARK: the output's event-time
+    column takes the delay of the input's watermark."""
+    if not any(WATERMARK_METADATA in (f.metadata or {}) for f in df.schema.fields):
+        raise ConfigError(
+            f"{what}: Watermark needs to be defined to reassign event time column "
+            f"(CANNOT_ASSIGN_EVENT_TIME_COLUMN_WITHOUT_WATERMARK in Spark): call "
+            f"df.withWatermark(<timestamp column>, <delay>) on the input of the stateful step")

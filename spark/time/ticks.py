@@ -5,9 +5,10 @@ A stateful step run from foreachBatch gets no batch when no row arrives: Spark o
 no-data batches for stateful operators of its own plan. So the query reads one more source,
 "dstl-ticks", which never returns a row but moves its offset when the driver said, at its last
 commit, that the next trigger needs a batch: a processing-time timer is due by now, or the
-watermark moved past the one the last batch used (as Spark's event-time no-data batch). Spark
-runs a micro-batch whenever any source's offset moved, so the batch comes at the next trigger
-with processingTime, availableNow and once triggers alike.
+watermark moved past the one the last batch used (as Spark's event-time no-data batch, which
+also closes windows and evicts the state of chained operators). Spark runs a micro-batch
+whenever any source's offset moved, so the batch comes at the next trigger with
+processingTime, availableNow and once triggers alike.
 
 The driver publishes what it needs in a small local file (the tick source's reader runs in a
 Python process beside the driver, so both see the same file); at query start it is written
@@ -53,9 +54,13 @@ class TickDemand:
                     ) -> TickDemand:
         if batch_id is None or not time_extra:
             return cls(NO_TICK if batch_id is None else batch_id)
-        next_timer = None
-        if time_extra.get("mode") == "processing_time":
-            next_timer = time_extra.get("next_timer_ms")
+        timers = []
+        if time_extra.get("mode") == "processing_time" and \
+                time_extra.get("next_timer_ms") is not None:
+            timers.append(int(time_extra["next_timer_ms"]))
+        if time_extra.get("chain_next_timer_ms") is not None:  # a chained step's timers
+            timers.append(int(time_extra["chain_next_timer_ms"]))
+        next_timer = min(timers) if timers else None
         advanced = False
         if "next_watermark_ms" in time_extra:
             advanced = int(time_extra["next_watermark_ms"]) > int(time_extra["watermark_ms"])

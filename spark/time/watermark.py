@@ -43,3 +43,18 @@ def next_watermark_ms(current_ms: int, newest_event_ms: int | None, delay_ms: in
     if newest_event_ms is None:
         return current_ms
     return max(current_ms, newest_event_ms - delay_ms)
+
+
+def late_emitted_rows(table: pa.Table, column: str, late_threshold_ms: int) -> tuple[int, int]:
+    """(rows whose event time is at or before the threshold, the oldest such time in epoch
+    microseconds; 0 when none). Spark refuses such rows from a transformWithState whose output
+    names its event-time column, since the operators after it would have to drop them. A null
+    event time is not compared (it passes, as a null passes Spark's late-row filter)."""
+    if table.num_rows == 0:
+        return 0, 0
+    micros = _as_micros(table.column(column))
+    late = pc.fill_null(pc.less_equal(micros, late_threshold_ms * MICROS_PER_MS), False)
+    count = int(pc.sum(late).as_py() or 0)
+    if not count:
+        return 0, 0
+    return count, int(pc.min(micros.filter(late)).as_py())

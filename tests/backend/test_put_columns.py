@@ -10,6 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+import pyspark_dstl.backend.engines.rocksdb as rocksdb_engine
 import pyspark_dstl.backend.store.instance as instance
 from pyspark_dstl.backend.engines.columns import ColumnBlock
 from pyspark_dstl.backend.engines.records import VersionMarker, encode_changes
@@ -169,3 +170,32 @@ def test_a_changelog_of_version_1_and_columnar_payloads_restores(
     fresh = env.provider(env.backend()).get_store(info.version, info)
     assert fresh.metrics()["replayed_records"] > 0
     assert state_of(fresh) == model
+
+
+@pytest.mark.parametrize("ordered", [True, False], ids=["in key order", "any order"])
+def test_columns_that_fill_the_cache_alone_go_straight_to_the_engine_and_changelog(
+        tmp_path: Path, ordered: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Slices that fill an empty cache by themselves are flushed from their columns (as table
+    files when large): the state, read-your-writes and a restore are what puts give, a key
+    written twice keeps its last value, and writes cached before still win in order."""
+    monkeypatch.setattr(rocksdb_engine, "TABLE_FILE_BYTES", 0)
+    rng = random.Random(8)
+    keys = sorted({b"k%05d" % rng.randrange(100_000) for _ in range(3000)})
+    if not ordered:
+        rng.shuffle(keys)
+        keys += keys[:50]  # written again later in the same write
+    values = [rng.randbytes(rng.randrange(0, 40)) for _ in keys]
+    env = file_env(tmp_path)
+    try:
+        provider = env.provider(env.backend(tx_cache_max_entries=500))
+        store = provider.get_store(0)
+        store.put_many(keys=keys, values=values)
+        expected = dict(zip(keys, values, strict=True))
+        assert store.metrics()["flushes"] >= len(keys) // 500 - 1
+        assert store.multi_get(keys[:100]) == [expected[key] for key in keys[:100]]
+        store.put(keys[0], b"after")
+        expected[keys[0]] = b"after"
+        assert state_of(store) == expected
+        assert _restored(env, store) == expected
+    finally:
+        env.close()

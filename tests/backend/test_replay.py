@@ -11,6 +11,7 @@ from pathlib import Path
 import msgpack
 import pytest
 
+import pyspark_dstl.backend.engines.rocksdb as rocksdb_engine
 import pyspark_dstl.backend.lineage.replay as replay
 from pyspark_dstl.backend.backend_errors import BackendError, LineageError
 from pyspark_dstl.backend.engines.base import Engine
@@ -96,12 +97,16 @@ def test_column_decoding_accepts_what_decode_payload_accepts() -> None:
     assert records == [(OP_PUT, "cf", b"k", b"v"), (OP_DELETE, "cf", b"d", None)]
 
 
-@pytest.fixture(params=["rocksdb", "memory"])
-def engines(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Engine, Engine]]:
-    """Two empty engines of one kind: one replayed record by record, one coalesced."""
+@pytest.fixture(params=["rocksdb", "rocksdb tables", "memory"])
+def engines(request: pytest.FixtureRequest, tmp_path: Path,
+            monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Engine, Engine]]:
+    """Two empty engines of one kind: one replayed record by record, one coalesced ("rocksdb
+    tables": every sorted run written as a table file and ingested, whatever its size)."""
+    if request.param == "rocksdb tables":
+        monkeypatch.setattr(rocksdb_engine, "TABLE_FILE_BYTES", 0)
     made: list[Engine] = []
     for name in ("sequential", "coalesced"):
-        if request.param == "rocksdb":
+        if request.param.startswith("rocksdb"):
             made.append(RocksDBEngine(str(tmp_path / name), RocksDBSettings(1 << 20, 1 << 20, 1)))
         else:
             made.append(MemoryEngine(str(tmp_path / name)))
@@ -139,7 +144,7 @@ def test_coalesced_replay_with_deletes_equals_replaying_every_record_in_order(
     coalesced.apply(seed)
     chain = [(v, f"uid{v}") for v in range(1, 31)]
     check = MarkerCheck("op/0", (0, None), chain)
-    writes = replay.PendingWrites(coalesced)
+    writes = replay.PendingWrites(coalesced)  # flush() waits for its writes
     stats = replay.ReplayStats()
     for sqn, (version, uid) in enumerate(chain):
         marker = VersionMarker(version, uid, chain[version - 2][1] if version > 1 else None)
@@ -167,11 +172,14 @@ def test_a_key_deleted_last_stays_deleted_and_a_key_put_last_stays(
     assert _everything(engine) == {b"default\x00back": b"again"}
 
 
+@pytest.mark.parametrize("tables", [False, True], ids=["batches", "tables"])
 @pytest.mark.parametrize("provider", PROVIDERS, ids=PROVIDER_IDS)
 @pytest.mark.parametrize("group_bytes,coalesce_bytes", [(1, 1), (1, 1 << 30), (1 << 30, 200)])
 def test_a_restore_read_in_many_groups_and_coalesced_gives_the_committed_state(
-        tmp_path: Path, provider: str, group_bytes: int, coalesce_bytes: int,
+        tmp_path: Path, provider: str, group_bytes: int, coalesce_bytes: int, tables: bool,
         monkeypatch: pytest.MonkeyPatch) -> None:
+    if tables:  # every coalesced run ingested as a table file (RocksDB provider)
+        monkeypatch.setattr(rocksdb_engine, "TABLE_FILE_BYTES", 0)
     monkeypatch.setattr(replay, "READ_GROUP_BYTES", group_bytes)
     monkeypatch.setattr(replay, "COALESCE_BYTES", coalesce_bytes)
     env = file_env(tmp_path, provider_class=provider)

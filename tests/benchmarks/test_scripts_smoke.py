@@ -35,6 +35,7 @@ TINY = {
     "spark_output": ["--files", "1", "--rows-per-file", "500"],
     "rescale": ["--keys", "2000", "--rounds", "1"],
     "change_feed": ["--keys", "500", "--files", "2", "--rows", "600"],
+    "spark_chain": ["--files", "2"],
 }
 RESULTS = {"spark_e2e": "spark_e2e_1e6"}  # scripts whose results file is named after the shape
 SCRIPT_TIMEOUT = 240
@@ -148,7 +149,7 @@ def test_rescale_reads_what_a_restore_reads_and_the_migration_moves_every_key(
         restore, rescale = samples["restore"][0], samples["rescale"][0]
         migration = samples["migration"][0]
         assert rescale["bytes_read"] == restore["bytes_read"] > 0
-        assert rescale["bytes_uploaded"] + rescale["bytes_copied"] == rescale["bytes_written"]
+        assert rescale["bytes_uploaded"] + rescale["bytes_shared"] == rescale["bytes_written"]
         assert rescale["files_shared"] > 0
         assert migration["keys"] == 2000
         assert sum(migration["keys_per_partition"].values()) == 2000
@@ -210,6 +211,17 @@ def test_spark_timers_fire_the_same_timers_in_every_contender(runs: Runs) -> Non
         "7. PySpark timers (a) dstl vectorized"]
     assert set(result["in_process"]) == {"vectorized"}
     assert (out / "spark_timers.png").stat().st_size > 0
+
+
+@pytest.mark.spark
+def test_spark_chain_contenders_agree_batch_by_batch(runs: Runs) -> None:
+    result, out = runs.result("spark_chain")
+    assert "outputs of all contenders agree batch by batch (windows and their counts)" in \
+        result["notes"]
+    assert {mode: v["rows"] for mode, v in result["samples"].items()} == {
+        "a": 1000, "a2": 1000, "b": 1000}
+    assert [goal["benchmark"] for goal in result["goals"]] == ["11. Chained query, the switch"]
+    assert (out / "spark_chain.png").stat().st_size > 0
 
 
 @pytest.mark.spark

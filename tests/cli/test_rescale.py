@@ -130,8 +130,8 @@ def test_rescale_is_a_new_generation_of_the_newest_batch_recording_what_it_did(
     record = latest(env).extra["rescale"]
     assert (record["from_partitions"], record["to_partitions"], record["migration"]) == \
         (NEW, 2, False)
-    assert record["files_shared"] > 0 and record["bytes_copied"] > 0
-    assert record["bytes_uploaded"] + record["bytes_copied"] == record["bytes_written"]
+    assert record["files_shared"] > 0 and record["bytes_shared"] > 0
+    assert record["bytes_uploaded"] + record["bytes_shared"] == record["bytes_written"]
 
 
 def test_rescale_down_and_back_keeps_the_state(env: BackendEnv) -> None:

@@ -11,7 +11,8 @@ import pytest
 
 from tests.support.spark import REPO_ROOT, free_port
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+# its own timeout: the script below may take up to 900 s
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(960)]
 SCRIPT = REPO_ROOT / "examples" / "deploy" / "run_standalone.sh"
 
 

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 HEAVY = ("rocksdict", "numpy", "fsspec", "zstandard", "pyspark", "pandas", "pyarrow",
-         "msgpack", "aiobotocore", "botocore", "aiohttp", "tenacity")
+         "msgpack", "aiobotocore", "botocore", "aiohttp", "tenacity", "google_crc32c")
 LIGHT_MODULES = {"pyspark_dstl", "pyspark_dstl.core", "pyspark_dstl.core.errors",
                  "pyspark_dstl.core.lazy_names"}
 BOUND_SECONDS = 0.15

@@ -10,7 +10,9 @@ zombie (a run paused until another took the root over, then resumed: it must sto
 writing); these come on top of the kills. Every tenth round is a rescale of a root of its own,
 killed at one of the rescale's points (rescale_round.py); it counts as a kill. Every restart
 recovers and compares with the model; every 50 kills and at the end `verify` reads every file
-of both roots. The first failure stops the soak and leaves its directory for inspection.
+of both roots. Then come the chained rounds (`--chain-rounds`, by default one per 100 kills):
+a Spark query of three stateful operators killed at a point of a chained batch and run again
+(chain_round.py). The first failure stops the soak and leaves its directory for inspection.
 """
 
 from __future__ import annotations
@@ -124,9 +126,24 @@ def soak(harness: CrashHarness, kills: int, s3: S3Env | None = None,
     return result
 
 
-def run(kills: int, seed: int, workdir: Path, storages: Sequence[str]) -> dict[str, Any]:
+def chain_soak(rounds: int, seed: int, workdir: Path) -> dict[str, Any]:
+    """`rounds` chained rounds, each at a kill point of a chained batch drawn at random."""
+    from tests.reliability.chain_round import ChainRounds
+
+    started = time.monotonic()
+    chain = ChainRounds(workdir, random.Random(seed))
+    for _ in range(rounds):
+        chain.round()
+    return {"rounds": chain.rounds, "point_kills": dict(chain.kills),
+            "seconds": round(time.monotonic() - started, 1)}
+
+
+def run(kills: int, seed: int, workdir: Path, storages: Sequence[str],
+        chain_rounds: int = 0) -> dict[str, Any]:
     results: dict[str, Any] = {}
     share = max(1, kills // len(storages))
+    if not kills:  # chained rounds only
+        storages = ()
     if "file" in storages:
         root = workdir / "file"
         root.mkdir(parents=True, exist_ok=True)
@@ -145,6 +162,8 @@ def run(kills: int, seed: int, workdir: Path, storages: Sequence[str]) -> dict[s
         finally:
             proxy.stop()
             moto.stop()
+    if chain_rounds:
+        results["chain"] = chain_soak(chain_rounds, seed + 2, workdir)
     return results
 
 
@@ -154,11 +173,19 @@ def format_table(results: dict[str, Any]) -> str:
             "-------  -----  ------  -----------  -----------  ----------  -------  "
             "-------  ------  ------"]
     for storage, r in results.items():
+        if storage == "chain":
+            continue
         rows.append(f"{storage:<7}  {r['kills']:>5}  {r['random_kills']:>6}  "
                     f"{sum(r['point_kills'].values()):>11}  {sum(r['wire_kills'].values()):>11}  "
                     f"{r['recoveries_verified']:>10}  {r['batches_committed']:>7}  "
                     f"{r['second_writers_refused']:>7}  {r['zombies_fenced']:>6}  "
                     f"{r['verify_runs']:>3} ok")
+    if "chain" in results:
+        chain = results["chain"]
+        points = ", ".join(f"{point} {count}" for point, count in
+                           sorted(chain["point_kills"].items()))
+        rows.append(f"chained rounds (Spark, three stateful operators): {chain['rounds']} "
+                    f"killed and run again, every batch exact ({points})")
     return "\n".join(rows)
 
 
@@ -170,12 +197,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--storage", default="file,s3", help="file, s3 or file,s3")
     parser.add_argument("--workdir", type=Path, default=None,
                         help="where roots and logs go (default: a new temporary directory)")
+    parser.add_argument("--chain-rounds", type=int, default=None,
+                        help="chained rounds (a Spark query of three stateful operators, "
+                        "about two minutes each; default: one per 100 kills)")
     args = parser.parse_args(argv)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="dstl-soak-"))
     storages = [s.strip() for s in args.storage.split(",") if s.strip()]
     print(f"soak: {args.kills} kills, seed {args.seed}, storages {storages}, in {workdir}",
           flush=True)
-    results = run(args.kills, args.seed, workdir, storages)
+    chain_rounds = args.chain_rounds if args.chain_rounds is not None else args.kills // 100
+    results = run(args.kills, args.seed, workdir, storages, chain_rounds)
     print(json.dumps(results, indent=1))
     print(format_table(results))
     return 0

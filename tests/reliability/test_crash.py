@@ -23,6 +23,7 @@ from pyspark_dstl.backend.ops.cleanup import cleanup_checkpoint, default_incompl
 from pyspark_dstl.backend.store.state_backend import StateBackend
 from pyspark_dstl.cli import main as backend_cli
 from pyspark_dstl.materializer.materializer_settings import MaterializerSettings
+from tests.reliability.chain_round import CHAIN_KILLS
 from tests.reliability.child import ChildRun
 from tests.reliability.crash import POINT_COUNTS, WIRE_TARGETS, CrashHarness, workload_conf
 from tests.reliability.model import WorkloadSpec
@@ -66,10 +67,13 @@ def test_a_kill_at_every_library_kill_point_is_survived(tmp_path: Path) -> None:
 
 def test_every_kill_point_is_reached_by_the_workload_the_rescale_rounds_or_its_own_test() -> None:
     # the workload declares no state schemas: the schema record's point has its own test
-    # (tests/spark/codec/test_schema_evolution.py); the moves' points are killed in real
+    # (tests/spark/codec/test_schema_evolution.py); a stage of a Spark batch is the chained
+    # rounds' (tests/reliability/test_chain_crash.py); the moves' points are killed in real
     # Spark processes by tests/spark/moves/test_move_kills.py
+    chained = {point for point, _ in CHAIN_KILLS}
     assert set(POINTS) == (set(POINT_COUNTS) | set(RESCALE_POINTS) | {"schema_record_after"}
-                           | set(MOVE_POINTS))
+                           | chained | set(MOVE_POINTS))
+    assert "stage_done" in chained
 
 
 def test_a_kill_at_every_point_of_the_migration_leaves_one_whole_layout_and_a_rerun_finishes(

@@ -1,6 +1,7 @@
 """The range rescale (backend/rescale/ranges.py): new partitions made from key-group ranges
 of the old stores (clone + clip of the base, copies of the other shares), their base files
-copied in storage instead of uploaded; real RocksDB, real storage on file:// and S3."""
+named in place instead of uploaded or copied, and kept by cleanup while any manifest names
+them; real RocksDB, real storage on file:// and S3."""
 
 from __future__ import annotations
 
@@ -219,7 +220,7 @@ def test_an_old_store_without_a_snapshot_is_rescaled_from_its_changelog(
     backend.close()
     assert all(info.materialized is None for info in infos.values())
     made, stats = rescale(env, infos, 3)
-    assert stats.bytes_copied == 0  # no old snapshot to share
+    assert stats.bytes_shared == 0  # no old snapshot to share
     found = read_back(env, made)
     assert_owned(found, content, VALUES, 3)
     assert_owned(found, content, TIMERS, 3)
@@ -274,28 +275,30 @@ def test_old_stores_files_and_manifests_stay_unchanged(env: BackendEnv) -> None:
     assert {path: after[path] for path in before} == before
 
 
-def test_the_base_stores_files_are_copied_in_storage_into_each_new_stores_own_folder(
+def test_new_stores_name_the_base_stores_files_in_place_nothing_copied(
         env: BackendEnv) -> None:
     infos, _ = build(env, 2, with_changelog=frozenset())
+    before = set(env.paths())
     made, stats = rescale(env, infos, 3)
-    copied = 0
+    shared = 0
     for part, info in made.items():
         base = pieces(part, 3, 2, KEY_GROUPS)[0].source
         base_files = {f.key: f.dfs_path for f in manifest_of(env, infos[base]).files}
         for file in manifest_of(env, info).files:
-            assert file.dfs_path.startswith(store_dir(info.store_id) + "/"), file.dfs_path
-            source = base_files.get(file.key)
-            if source is not None:
-                assert env.file_root is not None
-                assert os.path.samefile(env.file_root / source, env.file_root / file.dfs_path)
-                copied += file.size
-        assert part == int(info.store_id.rsplit("/", 1)[1])
-    assert stats.files_shared > 0 and stats.bytes_copied == copied > 0
-    assert stats.bytes_uploaded + stats.bytes_copied == stats.bytes_written
+            if file.key in base_files:
+                assert file.dfs_path == base_files[file.key]  # the base's own path
+                shared += file.size
+            else:
+                assert file.dfs_path.startswith(store_dir(info.store_id) + "/"), file.dfs_path
+    added = set(env.paths()) - before
+    assert not [path for path in added if "/sst/" in path
+                and env.storage.get(path) in {env.storage.get(p) for p in before}]
+    assert stats.files_shared > 0 and stats.bytes_shared == shared > 0
+    assert stats.bytes_uploaded + stats.bytes_shared == stats.bytes_written
 
 
 @pytest.mark.s3
-def test_on_s3_the_base_files_are_copied_by_the_server_not_sent_again(
+def test_on_s3_the_base_files_are_neither_sent_again_nor_copied(
         s3: S3Env, tmp_path: Path) -> None:
     made_env = s3_env(s3, tmp_path)
     try:
@@ -304,12 +307,87 @@ def test_on_s3_the_base_files_are_copied_by_the_server_not_sent_again(
         made, stats = rescale(made_env, infos, 3)
         data_puts = [r for r in s3.proxy.records("PUT", "/state/")
                      if not r.path.endswith(".snapshot")]  # manifests aside
-        assert stats.files_shared > 0 and stats.bytes_copied > 0
+        assert stats.files_shared > 0 and stats.bytes_shared > 0
         assert sum(r.bytes_in for r in data_puts) == stats.bytes_uploaded
-        assert stats.bytes_uploaded + stats.bytes_copied == stats.bytes_written
+        old_paths = {f.dfs_path for info in infos.values()
+                     for f in manifest_of(made_env, info).files}
+        new_files = {f.dfs_path for info in made.values()
+                     for f in manifest_of(made_env, info).files}
+        assert len(data_puts) == len(new_files - old_paths)  # no copy requests either
+        assert stats.bytes_uploaded + stats.bytes_shared == stats.bytes_written
         assert_owned(read_back(made_env, made), content, VALUES, 3)
     finally:
         made_env.close()
+
+
+# --- cleanup, verify and the orphan scan across stores -------------------------------------------
+
+
+def rescaled_root(env: BackendEnv, old: int, new: int) -> tuple[dict[int, StoreCommit],
+                                                                Content]:
+    """Old stores committed at batch 1, rescaled to `new` partitions at batch 2."""
+    infos, content = build(env, old)
+    env.commit_log().write(1, entry_of(1, *infos.values(), partitions=old))
+    made, _ = rescale(env, infos, new)
+    env.commit_log().write(2, entry_of(2, *made.values(), partitions=new))
+    return made, content
+
+
+def named_files(env: BackendEnv, infos: dict[int, StoreCommit]) -> set[str]:
+    return {f.dfs_path for info in infos.values() for f in manifest_of(env, info).files}
+
+
+def clean(env: BackendEnv) -> None:
+    cleanup_checkpoint(env.storage, 1, dry_run=False, incomplete_grace=0, lease=env.lease())
+
+
+def test_cleanup_keeps_an_old_stores_files_while_another_stores_manifest_names_them(
+        env: BackendEnv) -> None:
+    made, content = rescaled_root(env, 3, 5)
+    named = named_files(env, made)
+    foreign = {path for part, info in made.items() for path in named_files(env, {part: info})
+               if not path.startswith(store_dir(info.store_id) + "/")}
+    assert foreign  # new stores name files of other store directories
+    clean(env)  # batch 1 leaves retention: the old stores' manifests go
+    assert named <= set(env.paths())
+    assert verify_checkpoint(env.storage) == []
+    assert_owned(read_back(env, made), content, VALUES, 5)
+    assert_owned(read_back(env, made), content, TIMERS, 5)
+
+
+def test_cleanup_deletes_old_files_that_no_kept_manifest_of_any_store_names(
+        env: BackendEnv) -> None:
+    made, content = rescaled_root(env, 4, 2)  # old 1 and 3 are copied as keys, not named
+    named = named_files(env, made)
+    clean(env)
+    cleaned = tuple(store_dir(info.store_id) + "/sst/" for info in made.values())
+    left = {path for path in env.paths() if path.startswith(cleaned)}
+    assert left == {path for path in named if path.startswith(cleaned)}
+    assert any(path.startswith(store_dir(made[1].store_id)) for path in left)
+    assert verify_checkpoint(env.storage) == []
+    assert_owned(read_back(env, made), content, VALUES, 2)
+
+
+def test_manifests_of_a_store_no_retained_entry_names_keep_the_files_they_name(
+        env: BackendEnv) -> None:
+    """A rescale not committed yet (or abandoned) left new stores 3 and 4 naming old files."""
+    infos, _ = build(env, 3)
+    env.commit_log().write(1, entry_of(1, *infos.values(), partitions=3))
+    made, _ = rescale(env, infos, 5)
+    for batch in (2, 3):  # the old layout goes on; its batch 1 leaves retention
+        env.commit_log().write(batch, entry_of(batch, *infos.values(), partitions=3))
+    clean(env)
+    assert named_files(env, made) <= set(env.paths())
+    assert verify_checkpoint(env.storage) == []
+
+
+def test_verify_reports_a_missing_file_of_another_stores_directory(env: BackendEnv) -> None:
+    made, _ = rescaled_root(env, 3, 5)
+    foreign = sorted(path for part, info in made.items() for path in named_files(env, {part: info})
+                     if not path.startswith(store_dir(info.store_id) + "/"))
+    env.storage.loop.run(env.storage.adelete_many(foreign[:1]))
+    assert any(foreign[0] in problem and "missing" in problem
+               for problem in verify_checkpoint(env.storage))
 
 
 # --- failures -----------------------------------------------------------------------------------
@@ -394,3 +472,33 @@ def test_a_kill_at_a_range_rescale_point_leaves_the_old_layout_whole_and_only_or
     assert child.returncode == -9, child.stderr
     assert f"killed at {point.split(':')[0]}" in child.stderr
     assert_old_layout_whole(env, infos, content, files)
+
+
+@pytest.mark.slow
+def test_a_cleanup_killed_at_each_of_its_deletes_in_turn_never_breaks_a_rescaled_root(
+        env: BackendEnv) -> None:
+    """After a rescale whose new stores name old stores' files, `cleanup --apply` is killed
+    at its first delete, then at its second, and so on until a run finishes: after every
+    kill verify is clean and the new stores read back exactly; what the last run leaves is
+    what a cleanup that was never killed leaves."""
+    made, content = rescaled_root(env, 3, 5)
+    env.close()
+    kills = 0
+    while True:
+        environment = {**os.environ, "DSTL_KILL_POINT": f"cleanup_delete:{kills + 1}"}
+        child = subprocess.run([sys.executable, "-m", "pyspark_dstl", "cleanup", env.url,
+                                "--retain", "1", "--apply"], env=environment,
+                               capture_output=True, text=True, timeout=120, check=False)
+        if child.returncode == 0:
+            break
+        assert child.returncode == -9, child.stderr
+        kills += 1
+        assert kills < 20, "the cleanup never finished"
+        assert verify_checkpoint(env.storage) == []
+        assert named_files(env, made) <= set(env.paths())
+        assert_owned(read_back(env, made), content, VALUES, 5)
+    assert kills >= 2  # manifests, then data files of the old stores
+    assert verify_checkpoint(env.storage) == []
+    assert_owned(read_back(env, made), content, TIMERS, 5)
+    dry = cleanup_checkpoint(env.storage, 1, dry_run=True, incomplete_grace=0)
+    assert dry.files == [] and dry.problems == []

@@ -68,11 +68,12 @@ def test_an_unknown_column_fails_at_the_call(dropin: Any, tmp_path: Path) -> Non
         counts_of(dropin, tmp_path / "in").select("no_such_column")
 
 
-@pytest.mark.parametrize("step", ["groupBy", "dropDuplicates", "distinct", "orderBy", "limit"])
-def test_a_stateful_step_after_the_stateful_step_is_refused_by_name(
+@pytest.mark.parametrize("step", ["cube", "rollup", "orderBy", "limit", "intersect"])
+def test_a_stateful_step_this_backend_does_not_chain_is_refused_by_name(
         dropin: Any, tmp_path: Path, step: str) -> None:
     counts = counts_of(dropin, tmp_path / "in")
-    arguments = {"limit": (1,), "orderBy": ("user",), "groupBy": ("user",)}.get(step, ())
+    arguments = {"limit": (1,), "orderBy": ("user",), "cube": ("user",), "rollup": ("user",),
+                 "intersect": (counts,)}.get(step, ())
     with pytest.raises(DropInUsageError) as failure:
         getattr(counts, step)(*arguments)
     first_line = str(failure.value).splitlines()[0]
