@@ -31,7 +31,7 @@ from typing import Any
 
 from benchmarks import spark_e2e, spark_timers
 from benchmarks.harness import Report, chosen_modes, parse_args, scratch
-from benchmarks.spark_ui import UI_SETTINGS, Job, SparkUi, tagged_stages
+from benchmarks.spark_ui import BATCH_PROGRESS, UI_SETTINGS, Job, SparkUi, tagged_stages
 from pyspark_dstl.spark.driver.progress import PROGRESS_LOGGER
 
 NAME = "breakdown"
@@ -50,7 +50,7 @@ QUICK: dict[str, dict[str, Any]] = {
     "timers": {"keys": 1_000, "slots": 100, "fire_batches": 1, "idle_batches": 1,
                "partitions": 4},
 }
-COUNT_VARIANTS = ("a", "a2", "a3", "d")  # benchmark 6's modes
+COUNT_VARIANTS = ("a", "a2", "a3", "s", "d")  # benchmark 6's modes
 TIMER_VARIANTS = ("vectorized", "per_key")  # benchmark 7's modes of this library
 ENGINE_PARTS = ("latestOffset", "getBatch", "queryPlanning", "walCommit", "commitOffsets")
 NATIVE_STATE = ("allUpdatesTimeMs", "allRemovalsTimeMs", "commitTimeMs")
@@ -66,7 +66,12 @@ def measure(ui: SparkUi, query: Any, stream: Any, task_stats: TaskStats) -> list
     if error is not None:
         raise RuntimeError(f"query failed: {error}")
     jobs = ui.jobs(str(query.runId))
-    ours = {p.batch_id: p for p in stream.progress} if stream is not None else {}
+    if stream is not None:
+        ours = {p.batch_id: p for p in stream.progress}
+        location = stream.operator.location
+    else:  # through the switch: what the operator's batches returned
+        ours = {batch: p for (_, batch), p in BATCH_PROGRESS.items()}
+        location = next((c for c, _ in BATCH_PROGRESS), "")
     batches = []
     for progress in map(spark_e2e._as_dict, query.recentProgress):
         batch_id = int(progress["batchId"])
@@ -75,9 +80,9 @@ def measure(ui: SparkUi, query: Any, stream: Any, task_stats: TaskStats) -> list
         batch = {"batch_id": batch_id, "durations": progress.get("durationMs") or {},
                  "state_operator": (progress.get("stateOperators") or [{}])[0],
                  "jobs": [job for job in jobs if job.batch_id == batch_id]}
-        if stream is not None:
+        if batch_id in ours:
             batch["dstl"] = ours[batch_id]
-            batch["tasks"] = task_stats.get((stream.operator.location, batch_id), [])
+            batch["tasks"] = task_stats.get((location, batch_id), [])
         batches.append(batch)
     return batches
 
@@ -89,6 +94,7 @@ def run_count(spark: Any, ui: SparkUi, mode: str, plan: dict[str, Any], files: l
     run.inputs.mkdir(parents=True)
     for path in files[:-1]:  # the last file is benchmark 6's restart file
         os.link(path, run.inputs / path.name)
+    BATCH_PROGRESS.clear()
     query = run.start(work / "local")
     query.awaitTermination()
     return measure(ui, query, run.stream, task_stats)

@@ -138,6 +138,11 @@ class SparkUi:
         return sorted(jobs, key=lambda job: job.job_id)
 
 
+BATCH_PROGRESS: dict[tuple[str, int], Any] = {}
+"""Every batch's BatchProgress by (location, batch id) while `tagged_stages` is on: a query
+started through the switch hands out Spark's StreamingQuery, not this library's stream."""
+
+
 @contextmanager
 def tagged_stages(spark: Any, task_stats: dict[tuple[str, int], list[dict[str, Any]]]
                   ) -> Iterator[None]:
@@ -151,6 +156,13 @@ def tagged_stages(spark: Any, task_stats: dict[tuple[str, int], list[dict[str, A
     execute = StatefulOperator.execute
     output_frame = StatefulOperator.output_frame
     commit = StatefulOperator.commit
+    process_batch = StatefulOperator.process_batch
+
+    def kept_process_batch(self: StatefulOperator, df: Any, batch_id: int,
+                           sink: Any = None) -> Any:
+        progress = process_batch(self, df, batch_id, sink)
+        BATCH_PROGRESS[(self.location, batch_id)] = progress
+        return progress
 
     def tagged_execute(self: StatefulOperator, df: Any, batch_id: int,
                        base: Any = None) -> Any:
@@ -173,9 +185,11 @@ def tagged_stages(spark: Any, task_stats: dict[tuple[str, int], list[dict[str, A
     StatefulOperator.execute = tagged_execute  # type: ignore[method-assign]
     StatefulOperator.output_frame = tagged_output_frame  # type: ignore[method-assign]
     StatefulOperator.commit = untagged_commit  # type: ignore[method-assign]
+    StatefulOperator.process_batch = kept_process_batch  # type: ignore[method-assign]
     try:
         yield
     finally:
         StatefulOperator.execute = execute  # type: ignore[method-assign]
         StatefulOperator.output_frame = output_frame  # type: ignore[method-assign]
         StatefulOperator.commit = commit  # type: ignore[method-assign]
+        StatefulOperator.process_batch = process_batch  # type: ignore[method-assign]

@@ -22,7 +22,13 @@ from typing import Any
 import msgpack
 
 from pyspark_dstl.spark.codec.typed_values import RowCodec, field_codec
-from pyspark_dstl.spark.codec.values import SCHEMA_EXT_CODE
+from pyspark_dstl.spark.codec.values import (
+    SCHEMA_EXT_CODE,
+    encode_value,
+    ext_data,
+    pack_ext,
+    pack_plain,
+)
 from pyspark_dstl.spark.spark_errors import StateDecodingError
 
 Projector = Callable[[Any], Any]
@@ -245,8 +251,28 @@ class VersionedRowCodec(RowCodec):
 
     def encode(self, value: Any) -> Any:
         fields = super().encode(value)
-        return msgpack.ExtType(SCHEMA_EXT_CODE, self._prefix + msgpack.packb(
-            fields, use_bin_type=True))
+        return msgpack.ExtType(SCHEMA_EXT_CODE, self._prefix + pack_plain(fields))
+
+    def encode_bytes(self, value: Any, expires_at_ms: int | None) -> bytes:
+        """The stored bytes of `value` (what encode_value(self.encode(value), expiry) gives),
+        built in one step when the value does not expire."""
+        if expires_at_ms is not None:
+            return encode_value(self.encode(value), expires_at_ms, self.what)
+        return pack_ext(SCHEMA_EXT_CODE, self._prefix + pack_plain(super().encode(value)))
+
+    def decode_bytes(self, raw: bytes) -> tuple[Any, ...] | None:
+        """The value of stored bytes written with the current schema id and no expiry, in
+        one step; None for any other stored value (an expiry, another id, a value written
+        before ids): decode() of the stored value says what it is."""
+        data = ext_data(raw, SCHEMA_EXT_CODE)
+        if data is None or not data.startswith(self._prefix):
+            return None
+        try:
+            fields = msgpack.unpackb(data[len(self._prefix):], raw=False,
+                                     strict_map_key=False)
+        except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
+            return None  # decode() raises the error that names the variable
+        return RowCodec.decode(self, fields)
 
     def current_fields(self, stored: Any) -> tuple[int, Any]:
         """(the id a stored value was written with, its fields in the current schema's stored

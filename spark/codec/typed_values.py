@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pyspark_dstl.spark.codec.values import encode_value
 from pyspark_dstl.spark.spark_errors import (
     DstlSparkError,
     StateDecodingError,
@@ -62,6 +63,10 @@ class FieldCodec:
     type_name: str
     encode: Encoder
     decode: Decoder | None = None
+    # values of exactly this Python type (and, for integers, within `bounds`) are stored as
+    # they are: encoding checks the type and returns the value, the common case in one step
+    exact: type | None = None
+    bounds: tuple[int, int] | None = None
 
 
 # ---- scalars --------------------------------------------------------------------------------
@@ -93,8 +98,12 @@ def _boolean(value: Any) -> bool:
     return bool(value)
 
 
+def _integral_bounds(bits: int) -> tuple[int, int]:
+    return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+
+
 def _integral(bits: int) -> Encoder:
-    low, high = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    low, high = _integral_bounds(bits)
 
     def encode(value: Any) -> int:
         if not _is_integer(value):
@@ -223,6 +232,30 @@ def _nullable(codec: FieldCodec, nullable: bool) -> Encoder:
     return encode_or_null
 
 
+def _fast(codec: FieldCodec, nullable: bool) -> Encoder:
+    """The field's encoder with its common case first: a value of the codec's exact type
+    (in range) is stored as it is; anything else takes the full encoder (None, conversions,
+    the _Misfit that names the field)."""
+    full = _nullable(codec, nullable)
+    exact: Any = codec.exact
+    if exact is None:
+        return full
+    if codec.bounds is not None:
+        low, high = codec.bounds
+
+        def bounded(value: Any) -> Any:
+            if type(value) is exact and low <= value <= high:
+                return value
+            return full(value)
+
+        return bounded
+
+    def plain(value: Any) -> Any:
+        return value if type(value) is exact else full(value)
+
+    return plain
+
+
 def _decoding(codec: FieldCodec) -> Decoder:
     decode = codec.decode
     if decode is None:
@@ -281,10 +314,11 @@ class _Fields:
         self.names: list[str] = list(schema.names)
         codecs = [field_codec(f.dataType, f.name) for f in schema.fields]
         self.type_names = [c.type_name for c in codecs]
-        self._encoders = [_nullable(c, f.nullable) for c, f in zip(codecs, schema.fields,
-                                                                    strict=True)]
+        self._encoders = [_fast(c, f.nullable) for c, f in zip(codecs, schema.fields,
+                                                                strict=True)]
         self._decoders = [(i, _decoding(c)) for i, c in enumerate(codecs)
                           if c.decode is not None]
+        self._width = len(self.names)
 
     def values_of(self, value: Any) -> list[Any]:
         """A dict by field name; a tuple, Row or list by position (as PySpark takes them)."""
@@ -301,6 +335,13 @@ class _Fields:
                       f"({', '.join(self.names)})", value)
 
     def encode(self, value: Any) -> list[Any]:
+        if isinstance(value, tuple) and len(value) == self._width and \
+                not isinstance(value, Mapping):  # a tuple or Row of the right length
+            try:
+                return [encode(item) for encode, item in zip(self._encoders, value,
+                                                              strict=True)]
+            except _Misfit:
+                pass  # again below, field by field, to name the field
         values = self.values_of(value)
         encoded = []
         for name, encode, item in zip(self.names, self._encoders, values, strict=True):
@@ -312,6 +353,8 @@ class _Fields:
         return encoded
 
     def decode(self, stored: Any) -> list[Any]:
+        if not self._decoders and type(stored) is list and len(stored) == self._width:
+            return stored  # every field is stored as it is (msgpack gave a fresh list)
         if not isinstance(stored, list | tuple) or len(stored) != len(self.names):
             raise ValueError(f"stored value {stored!r:.80} does not have the schema's "
                              f"{len(self.names)} fields ({', '.join(self.names)}); was it "
@@ -337,17 +380,18 @@ def field_codec(data_type: Any, name: str) -> FieldCodec:
 
     simple = data_type.simpleString()
     if isinstance(data_type, T.StringType | T.CharType | T.VarcharType):
-        return FieldCodec(simple, _string)
+        return FieldCodec(simple, _string, exact=str)
     if isinstance(data_type, T.BinaryType):
-        return FieldCodec(simple, _binary)
+        return FieldCodec(simple, _binary, exact=bytes)
     if isinstance(data_type, T.BooleanType):
-        return FieldCodec(simple, _boolean)
+        return FieldCodec(simple, _boolean, exact=bool)
     if isinstance(data_type, T.ByteType | T.ShortType | T.IntegerType | T.LongType):
-        return FieldCodec(simple, _integral(_INTEGER_RANGES[data_type.typeName()]))
+        bits = _INTEGER_RANGES[data_type.typeName()]
+        return FieldCodec(simple, _integral(bits), exact=int, bounds=_integral_bounds(bits))
     if isinstance(data_type, T.FloatType):
         return FieldCodec(simple, _float32)
     if isinstance(data_type, T.DoubleType):
-        return FieldCodec(simple, _double)
+        return FieldCodec(simple, _double, exact=float)
     if isinstance(data_type, T.DecimalType):
         return FieldCodec(simple, _decimal(data_type.precision, data_type.scale), Decimal)
     if isinstance(data_type, T.DateType):
@@ -404,6 +448,15 @@ class RowCodec:
             return tuple(self._fields.decode(stored))
         except (ValueError, TypeError, ArithmeticError, OverflowError) as exc:
             raise StateDecodingError(f"state {self.what}: {exc}") from exc
+
+    def encode_bytes(self, value: Any, expires_at_ms: int | None) -> bytes:
+        """The stored bytes of `value` with its expiry (None: none)."""
+        return encode_value(self.encode(value), expires_at_ms, self.what)
+
+    def decode_bytes(self, raw: bytes) -> tuple[Any, ...] | None:
+        """The value of stored bytes when this codec reads them in one step; None leaves
+        them to decode() of the stored value (here: always)."""
+        return None
 
     def _describe(self, misfit: _Misfit) -> str:
         value = misfit.value

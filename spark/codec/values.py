@@ -81,6 +81,53 @@ def _pack(value: Any) -> bytes:
     return packed
 
 
+def pack_plain(value: Any) -> bytes:
+    """msgpack bytes of a value of plain types (lists, ints, strings, ...), with this
+    thread's Packer: what msgpack.packb(value, use_bin_type=True) gives, without a new
+    Packer per call."""
+    return _pack(value)
+
+
+_FIXEXT = {1: 0xD4, 2: 0xD5, 4: 0xD6, 8: 0xD7, 16: 0xD8}
+
+
+def pack_ext(code: int, data: bytes) -> bytes:
+    """The bytes msgpack writes for ExtType(code, data), without building the ExtType."""
+    size = len(data)
+    fixed = _FIXEXT.get(size)
+    if fixed is not None:
+        head = bytes((fixed, code))
+    elif size <= 0xFF:
+        head = bytes((0xC7, size, code))
+    elif size <= 0xFFFF:
+        head = b"\xc8" + size.to_bytes(2, "big") + bytes((code,))
+    else:
+        head = b"\xc9" + size.to_bytes(4, "big") + bytes((code,))
+    return head + data
+
+
+def ext_data(raw: bytes, code: int) -> bytes | None:
+    """The data of `raw` when all of it is one msgpack extension value of type `code`; None
+    otherwise (another type, another kind of value, or not a whole value)."""
+    try:
+        head = raw[0]
+        if 0xD4 <= head <= 0xD8:
+            size, kind, start = 1 << (head - 0xD4), raw[1], 2
+        elif head == 0xC7:
+            size, kind, start = raw[1], raw[2], 3
+        elif head == 0xC8:
+            size, kind, start = int.from_bytes(raw[1:3], "big"), raw[3], 4
+        elif head == 0xC9:
+            size, kind, start = int.from_bytes(raw[1:5], "big"), raw[5], 6
+        else:
+            return None
+    except IndexError:
+        return None
+    if kind != code or len(raw) != start + size:
+        return None
+    return raw[start:]
+
+
 def timestamp_micros(value: dt.datetime) -> int:
     """Epoch microseconds of a datetime; a naive one is read as UTC (Spark's TIMESTAMP_NTZ)."""
     aware = value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)

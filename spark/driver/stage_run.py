@@ -195,12 +195,13 @@ def routed(source: Any, key_columns: tuple[str, ...], n: int, key_groups: int) -
     pmod(hash(e), n), so e is a long chosen per partition to hash there (routing_longs)."""
     from pyspark.sql import functions as F
 
+    # as few calls to the JVM as the expressions allow: each costs the driver time per batch
     group = F.pmod(F.hash(*[F.col(name) for name in key_columns]), F.lit(key_groups))
     partition = F.expr(f"CAST((`{GROUP_COLUMN}` * {n}) div {key_groups} AS INT)")
-    routes = F.array(*[F.lit(value).cast("bigint") for value in routing_longs(n)])
-    return (source.withColumn(GROUP_COLUMN, group)
-            .withColumn(PARTITION_COLUMN, partition)
-            .repartition(n, F.element_at(routes, F.col(PARTITION_COLUMN) + 1)))
+    routes = ", ".join(f"CAST({value} AS BIGINT)" for value in routing_longs(n))
+    route = F.expr(f"element_at(array({routes}), `{PARTITION_COLUMN}` + 1)")
+    return (source.withColumns({GROUP_COLUMN: group, PARTITION_COLUMN: partition})
+            .repartition(n, route))
 
 
 def never_pruned(frame: Any) -> Any:

@@ -6,7 +6,7 @@ per-key API hands out cheap slices of one frame and the vectorized API works on 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from functools import cached_property
 from typing import Any, overload
 
@@ -165,6 +165,34 @@ class KeyedBatch:
         if _SLICE_ROWS is not None:  # what .iloc[rows] ends in, without its dispatch
             return _SLICE_ROWS(frame, rows)
         return frame.iloc[rows]
+
+
+def renumbered_slicer(frame: pd.DataFrame) -> Callable[[int, int], pd.DataFrame]:
+    """Rows [start, stop) of `frame` as a frame of their own index 0..n-1, the way PySpark
+    hands a key's rows over; the columns are views of `frame`'s (no copy). It builds the
+    sliced block manager with a fresh RangeIndex directly: `.iloc` followed by a new index
+    cost four times as much, once per key of a batch."""
+    manager = frame._mgr
+    if _FROM_MANAGER is None or not hasattr(manager, "get_slice") or \
+            frame.attrs or not frame.flags.allows_duplicate_labels:
+        def sliced(start: int, stop: int) -> pd.DataFrame:
+            part = frame.iloc[start:stop]
+            part.index = pd.RangeIndex(stop - start)
+            return part
+
+        return sliced
+    from_manager = _FROM_MANAGER
+    # a fresh index per frame (a processor may rename it), without RangeIndex's checks
+    new_index = getattr(pd.RangeIndex, "_simple_new", None) or (lambda numbers: pd.RangeIndex(
+        numbers.start, numbers.stop))
+
+    def renumbered(start: int, stop: int) -> pd.DataFrame:
+        part = manager.get_slice(slice(start, stop), axis=1)
+        part.axes[1] = new_index(range(stop - start))
+        result: pd.DataFrame = from_manager(part, axes=part.axes)
+        return result
+
+    return renumbered
 
 
 def _group_ids(table: pa.Table, key_columns: Sequence[str]) -> np.ndarray:

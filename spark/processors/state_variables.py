@@ -11,6 +11,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
+from pyspark_dstl.spark.codec.value_columns import decode_column, encode_column
 from pyspark_dstl.spark.codec.values import (
     Expiring,
     decode_key,
@@ -135,6 +138,33 @@ class ValueState(_StateVariable):
     def exists(self) -> bool:
         return self._lookup(self._context.require_current(self.name))[0]
 
+    def raw(self) -> bytes | None:
+        """The current key's stored bytes as they are (None: absent), expiry not looked at:
+        for codecs that decode the common case themselves and leave the rest to get()."""
+        key = self._context.current
+        if key is None:
+            key = self._context.require_current(self.name)
+        prefetched = self._prefetched
+        raw: Any = _MISSING if prefetched is None else prefetched.get(key, _MISSING)
+        if raw is _MISSING:
+            raw = self._raw(key)
+        return raw
+
+    def update_raw(self, raw: bytes) -> None:
+        """Store `raw`, already encoded (an expiry included: see `expiry_ms`), as the
+        current key's value."""
+        key = self._context.current
+        if key is None:
+            key = self._context.require_current(self.name)
+        self._store.put(key, raw, self.cf)
+        prefetched = self._prefetched
+        if prefetched is not None:
+            prefetched[key] = raw
+
+    def expiry_ms(self) -> int | None:
+        """When a value written now expires (epoch ms); None without a TTL."""
+        return self._expiry()
+
     def update(self, value: Any) -> None:
         context = self._context
         key = context.current
@@ -158,9 +188,17 @@ class ValueState(_StateVariable):
         """The value of every key (`default` where absent or expired), in order."""
         encoded = self._context.encode_keys(keys)
         now, name = self._context.now_ms, self.name
-        result: list[Any] = []
+        stored = self._store.multi_get(encoded, self.cf)
+        column = decode_column(stored)  # numbers or flags without expiry: a column at once
+        if column is not None:
+            values, present = column
+            result = values.tolist()
+            for index in np.flatnonzero(~present).tolist():
+                result[index] = default
+            return result
+        result = []
         expired: list[bytes] = []
-        for key, raw in zip(encoded, self._store.multi_get(encoded, self.cf), strict=True):
+        for key, raw in zip(encoded, stored, strict=True):
             if raw is None:
                 result.append(default)
                 continue
@@ -177,12 +215,15 @@ class ValueState(_StateVariable):
     def update_many(self, keys: Sequence[Sequence[Any]], values: Iterable[Any]) -> None:
         encoded = self._context.encode_keys(keys)
         expiry, name = self._expiry(), self.name
-        values = list(values)
+        if not isinstance(values, np.ndarray):
+            values = list(values)
         if len(values) != len(encoded):
             raise StateVariableError(f"state {name}: update_many got {len(encoded)} keys and "
                                      f"{len(values)} values")
-        self._store.put_many(keys=encoded, values=[encode_value(value, expiry, name)
-                                                   for value in values], cf=self.cf)
+        column = encode_column(values) if expiry is None else None  # a column at once
+        if column is None:
+            column = [encode_value(value, expiry, name) for value in values]
+        self._store.put_many(keys=encoded, values=column, cf=self.cf)
 
     def clear_many(self, keys: Sequence[Sequence[Any]]) -> None:
         self._store.remove_many(self._context.encode_keys(keys), self.cf)

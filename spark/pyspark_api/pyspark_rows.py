@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pyspark_dstl.core.errors import ConfigError
+from pyspark_dstl.spark.keys.keyed_batch import renumbered_slicer
 from pyspark_dstl.spark.spark_errors import OutputSchemaError
 
 PANDAS, ROWS = "pandas", "rows"
@@ -76,22 +77,45 @@ class RowShape:
 
     def rows_by_key(self, table: pa.Table, offsets: np.ndarray,
                     initial: bool = False) -> Callable[[int], Any]:
-        """Key i's rows (a frame or a list of Rows) for a table sorted by key."""
+        """Key i's rows for a table sorted by key: the frames (or the Rows) PySpark would
+        hand over, as a list; with `initial`, the initial state's rows (one frame, or the
+        Rows) as handleInitialState takes them."""
         if initial:
             table = self._as_initial_state(table)
         bounds = offsets.tolist()
         if self.rows_as == PANDAS:
             frame = self.pandas_frame(table)
+            rows_of = renumbered_slicer(frame)
+            if initial:
+                return lambda index: rows_of(bounds[index], bounds[index + 1])
+            limit = self._rows_per_frame(frame)
+            if limit is None:  # the row size varies: the frames' sizes are found per key
+                return lambda index: list(self.chunks(rows_of(bounds[index],
+                                                              bounds[index + 1])))
 
-            def frame_of(index: int) -> pd.DataFrame:
+            def frames_of(index: int) -> list[pd.DataFrame]:
                 start, stop = bounds[index], bounds[index + 1]
-                part = frame.iloc[start:stop]
-                part.index = pd.RangeIndex(stop - start)
-                return part
+                if stop - start <= limit:
+                    return [rows_of(start, stop)]
+                return [rows_of(first, min(first + limit, stop))
+                        for first in range(start, stop, limit)]
 
-            return frame_of
+            return frames_of
         rows = self.rows(table)
         return lambda index: rows[bounds[index]:bounds[index + 1]]
+
+    def _rows_per_frame(self, frame: pd.DataFrame) -> int | None:
+        """The most rows a frame handed over holds, the same for every key of the batch when
+        every column has a NumPy dtype (a row's bytes as `chunks` counts them are then the
+        same for every row); None when it must be found per key."""
+        limit = self.max_records if self.max_records > 0 else max(len(frame), 1)
+        if self.max_bytes > 0:
+            dtypes = list(frame.dtypes)
+            if not all(isinstance(dtype, np.dtype) for dtype in dtypes):
+                return None
+            per_row = max(1, sum(dtype.itemsize for dtype in dtypes))
+            limit = min(limit, max(1, self.max_bytes // per_row))
+        return limit
 
     def chunks(self, frame: pd.DataFrame) -> Iterator[pd.DataFrame]:
         """A key's rows in the frames PySpark would hand over: at most `max_records` rows and

@@ -138,12 +138,20 @@ class CompatValueState(_Deletable, PySparkValueState):
 
     def get(self) -> tuple[Any, ...] | None:
         self._check("getting value state")
-        stored = self._native.get(None)
+        native = self._native
+        raw = native.raw()
+        if raw is None:
+            return None
+        value = self._codec.decode_bytes(raw)  # the common case in one step
+        if value is not None:
+            return value
+        stored = native.get(None)
         return None if stored is None else self._codec.decode(stored)
 
     def update(self, newValue: Any) -> None:
         self._check("updating value state")
-        self._native.update(self._codec.encode(newValue))
+        native = self._native
+        native.update_raw(self._codec.encode_bytes(newValue, native.expiry_ms()))
 
     def clear(self) -> None:
         self._check("clearing value state")

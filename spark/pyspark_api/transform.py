@@ -251,9 +251,8 @@ class PySparkProcessorAdapter(StatefulProcessor):
         return self.shape.rows_by_key(batch.table, batch.offsets, initial)
 
     def handle_input_rows(self, key: tuple[Any, ...], rows: Iterator[Any]) -> Iterator[Any]:
-        given = next(rows)  # one frame, or one list of Rows, per key and batch
-        user_rows = self.shape.chunks(given) if self.shape.rows_as == PANDAS else iter(given)
-        return self._outputs(self.processor.handleInputRows(self._key(key), user_rows,
+        given = next(rows)  # the key's frames, or its Rows, as rows_by_key lists them
+        return self._outputs(self.processor.handleInputRows(self._key(key), iter(given),
                                                             self._timer_values))
 
     def handle_expired_timer(self, key: tuple[Any, ...], expiry_ms: int) -> Iterator[Any]:

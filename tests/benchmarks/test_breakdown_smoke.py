@@ -32,7 +32,7 @@ def test_the_record_names_its_command_machine_load_and_commit(result: dict[str, 
 
 def test_every_variant_of_every_workload_has_a_table(result: dict[str, Any]) -> None:
     assert set(result["breakdown"]) == {"small", "timers"}
-    assert set(result["breakdown"]["small"]) == {"a", "a2", "a3", "d"}
+    assert set(result["breakdown"]["small"]) == {"a", "a2", "a3", "s", "d"}
     assert set(result["breakdown"]["timers"]) == {"vectorized", "per_key"}
     for variants in result["breakdown"].values():
         for rows in variants.values():
@@ -41,7 +41,7 @@ def test_every_variant_of_every_workload_has_a_table(result: dict[str, Any]) -> 
 
 def test_the_driver_parts_of_a_dstl_batch_add_up_to_spark_add_batch(
         result: dict[str, Any]) -> None:
-    for mode in ("a", "a2", "a3"):
+    for mode in ("a", "a2", "a3", "s"):
         rows = result["breakdown"]["small"][mode]
         parts = ("stateful stage (driver)", "sink (driver)", "commit log",
                  "other in addBatch (not split)")
@@ -50,7 +50,7 @@ def test_the_driver_parts_of_a_dstl_batch_add_up_to_spark_add_batch(
 
 
 def test_the_state_job_is_found_by_its_tag_with_its_two_stages(result: dict[str, Any]) -> None:
-    for mode in ("a", "a2", "a3"):
+    for mode in ("a", "a2", "a3", "s"):
         rows = result["breakdown"]["small"][mode]
         assert rows["its job: read, shuffle, Python tasks"] > 0
         assert rows["stage 1 does"] == "scan -> shuffle write, 1 tasks"

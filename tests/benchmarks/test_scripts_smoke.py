@@ -30,7 +30,7 @@ TINY = {
     "recovery": ["--keys", "400", "--rounds", "1"],
     "space": ["--keys", "400", "--batches", "12"],
     "worker_memory": ["--keys", "2000", "--stores", "1,2", "--batches", "2"],
-    "spark_e2e": ["--shape", "1e6", "--modes", "a2,b,d,e", "--files", "2"],
+    "spark_e2e": ["--shape", "1e6", "--modes", "a2,b,c,s,d,e", "--files", "2"],
     "spark_timers": ["--modes", "vectorized,tws", "--keys", "400", "--fire-batches", "2"],
     "spark_output": ["--files", "1", "--rows-per-file", "500"],
     "rescale": ["--keys", "2000", "--rounds", "1"],
@@ -185,9 +185,11 @@ def test_spark_end_to_end_variants_agree_batch_by_batch(runs: Runs) -> None:
     assert "outputs of all variants agree batch by batch" in result["notes"]
     for variant in result["samples"].values():
         assert variant["recovery_seconds"] > 0
-    # the slow variant reads only its first file, the others both; all restart on one more
+    # the slow variants read only their first file, the others both; all restart on one more
     assert {mode: v["rows"] for mode, v in result["samples"].items()} == {
-        "a2": 2000, "b": 1000, "d": 2000, "e": 2000}
+        "a2": 2000, "b": 1000, "c": 1000, "s": 2000, "d": 2000, "e": 2000}
+    assert "6. PySpark end to end, 1e6 shape, (s) the switch: transformWithStateInPandas" in [
+        g["benchmark"] for g in result["goals"]]
     assert [g["benchmark"] for g in result["goals"]][-1] == (
         "6. PySpark end to end, 1e6 shape, (a') dstl vectorized")
     assert result["goals"][-1]["goal"] == "rows/s >= 0.5x (e) no-state floor"

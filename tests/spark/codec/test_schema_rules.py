@@ -179,6 +179,34 @@ def test_a_value_of_an_id_outside_the_history_is_refused_by_name() -> None:
         reader.decode(decode_value(raw, 0, "v")[1])
 
 
+@pytest.mark.parametrize("schema_id", [0, 5, 127, 128, 70_000])
+@pytest.mark.parametrize("expiry", [None, 1_700_000_000_000])
+def test_a_value_encoded_in_one_step_has_the_bytes_of_the_step_by_step_way(
+        schema_id: int, expiry: int | None) -> None:
+    schema = ALLOWED["add"][1]
+    codec = VersionedRowCodec(schema, "v", schema_id, {schema_id: schema})
+    assert codec.encode_bytes((7, "x" * 300), expiry) == \
+        encode_value(codec.encode((7, "x" * 300)), expiry, "v")
+
+
+def test_a_value_of_the_current_id_without_expiry_decodes_in_one_step() -> None:
+    old, new = ALLOWED["add"]
+    reader = VersionedRowCodec(new, "v", 1, {0: old, 1: new})
+    assert reader.decode_bytes(reader.encode_bytes((7, "x"), None)) == (7, "x")
+
+
+def test_any_other_stored_value_is_left_to_the_step_by_step_way() -> None:
+    old, new = ALLOWED["add"]
+    reader = VersionedRowCodec(new, "v", 1, {0: old, 1: new})
+    expiring = reader.encode_bytes((7, "x"), 1_700_000_000_000)
+    older_id = VersionedRowCodec(old, "v", 0, {0: old}).encode_bytes((7,), None)
+    before_ids = encode_value(RowCodec(old, "v").encode((7,)), None, "v")
+    damaged = reader.encode_bytes((7, "x"), None)[:-1]
+    assert [reader.decode_bytes(raw) for raw in (expiring, older_id, before_ids, damaged)] == \
+        [None, None, None, None]
+    assert reader.decode(decode_value(older_id, 0, "v")[1]) == (7, None)
+
+
 def test_a_list_rewritten_after_an_expiry_keeps_each_elements_bytes() -> None:
     codec = VersionedRowCodec(ALLOWED["add"][0], "v", 2, {2: ALLOWED["add"][0]})
     data = encode_elements([codec.encode((1,)), codec.encode((2,))], 10_000, "v")

@@ -148,3 +148,20 @@ def test_a_ddl_schema_the_driver_did_not_parse_is_refused_on_executors() -> None
     with pytest.raises(StateVariableError, match=r"^state tally: schema 'm long' was not "
                                                  r"declared when init\(\) ran on the driver"):
         book.struct("m long", "tally")
+
+
+# ---- the common case in one step ------------------------------------------------------------
+
+
+def test_values_of_the_exact_type_are_stored_as_they_are_and_others_converted() -> None:
+    fields = codec(("n", T.LongType()), ("x", T.DoubleType()), ("s", T.StringType()),
+                   ("b", T.BooleanType()))
+    assert fields.encode((3, 0.5, "a", True)) == [3, 0.5, "a", True]
+    assert fields.encode(Row(n=np.int64(3), x=1, s="a", b=np.bool_(False))) == \
+        [3, 1.0, "a", False]
+    assert type(fields.encode((3, 1, "a", True))[1]) is float
+
+
+def test_a_bool_in_an_integer_field_is_refused_as_before() -> None:
+    with pytest.raises(StateEncodingError, match=r"field 'n' \(bigint\): expected an int"):
+        codec(("n", T.LongType())).encode((True,))

@@ -21,7 +21,10 @@ from pyspark_dstl.spark.codec.values import (
     encode_key,
     encode_user_key,
     encode_value,
+    ext_data,
+    pack_ext,
     pack_key,
+    pack_plain,
     split_map_key,
 )
 from pyspark_dstl.spark.spark_errors import StateDecodingError, StateEncodingError
@@ -135,3 +138,25 @@ def test_keys_stored_before_key_groups_decode_with_grouped_false() -> None:
 def test_corrupt_value_names_the_state_variable() -> None:
     with pytest.raises(StateDecodingError, match="state counts"):
         decode_value(b"\xc1", 0, "counts")
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 4, 8, 16, 17, 255, 256, 65535, 65536])
+def test_an_extension_value_is_packed_as_msgpack_packs_it(size: int) -> None:
+    data = bytes(range(256)) * (size // 256) + bytes(range(size % 256))
+    packed = pack_ext(4, data)
+    assert packed == msgpack.packb(msgpack.ExtType(4, data))
+    assert ext_data(packed, 4) == data
+
+
+def test_extension_data_is_found_only_for_a_whole_value_of_its_type() -> None:
+    packed = pack_ext(4, b"abc")
+    assert ext_data(packed, 1) is None  # another type
+    assert ext_data(packed + b"\x00", 4) is None  # more than one value
+    assert ext_data(packed[:-1], 4) is None  # cut short
+    assert ext_data(msgpack.packb([1, 2]), 4) is None  # not an extension value
+    assert ext_data(b"", 4) is None and ext_data(b"\xc7", 4) is None
+
+
+@given(values)
+def test_plain_values_pack_as_packb_packs_them(value: object) -> None:
+    assert pack_plain(value) == msgpack.packb(value, use_bin_type=True)

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 
 from pyspark_dstl.spark.keys.key_grouping import KeyGrouping
-from pyspark_dstl.spark.keys.keyed_batch import KeyedBatch, Keys
+from pyspark_dstl.spark.keys.keyed_batch import KeyedBatch, Keys, renumbered_slicer
 from pyspark_dstl.spark.spark_errors import OutputSchemaError, StateVariableError
 from pyspark_dstl.spark.stage.output import OutputCollector
 
@@ -141,3 +141,19 @@ def test_collector_names_the_arrow_column_that_cannot_be_cast() -> None:
 def test_collector_rejects_other_objects() -> None:
     with pytest.raises(OutputSchemaError, match="yielded a dict"):
         OutputCollector(SCHEMA, "P").add({"user": "a"})
+
+
+def test_a_renumbered_slice_is_the_rows_with_an_index_of_their_own() -> None:
+    frame = pd.DataFrame({"user": ["a", "b", "c", "d"], "v": [1, 2, 3, 4],
+                          "x": [0.5, 1.5, 2.5, 3.5]})
+    rows = renumbered_slicer(frame)
+    for start, stop in ((0, 1), (1, 3), (3, 4), (2, 2)):
+        pd.testing.assert_frame_equal(rows(start, stop),
+                                      frame.iloc[start:stop].reset_index(drop=True))
+
+
+def test_renumbered_slices_do_not_share_their_index() -> None:
+    rows = renumbered_slicer(pd.DataFrame({"v": [1, 2, 3]}))
+    first, second = rows(0, 1), rows(1, 2)
+    first.index.name = "renamed"
+    assert second.index.name is None and first.index is not second.index

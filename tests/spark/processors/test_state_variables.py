@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pyspark_dstl.backend.backend_settings import BackendSettings
@@ -76,6 +77,29 @@ def test_value_state_prefetches_the_batch_keys_and_sees_its_own_writes(
     count.clear()
     assert not count.exists()
     assert count.get_many([("a",), ("b",), ("c",)], default=-1) == [10, -1, -1]
+
+
+def test_numbers_written_as_a_column_are_the_bytes_and_values_of_single_writes(
+        open_handle: OpenHandle) -> None:
+    handle, context, store = open_handle(0)
+    bulk, single = handle.get_value_state("bulk"), handle.get_value_state("single")
+    values = [0, 200, -5, 2**40, -(2**40)]
+    keys = [(name,) for name in "abcde"]
+    bulk.update_many(keys, np.array(values))
+    for key, value in zip(keys, values, strict=True):
+        at_key(context, key[0])
+        single.update(value)
+    assert [store.get(stored(k[0]), "value/bulk") for k in keys] == \
+        [store.get(stored(k[0]), "value/single") for k in keys]
+    assert bulk.get_many([*keys, ("z",)], default=0) == [*values, 0]
+    assert all(type(v) is int for v in bulk.get_many(keys))
+
+
+def test_values_of_mixed_types_are_written_and_read_one_by_one(open_handle: OpenHandle) -> None:
+    handle, _, _ = open_handle(0)
+    state = handle.get_value_state("mixed")
+    state.update_many([("a",), ("b",), ("c",)], [1, "two", [3.0]])
+    assert state.get_many([("a",), ("b",), ("c",)]) == [1, "two", [3.0]]
 
 
 def test_expired_value_is_invisible_and_removed_when_touched(open_handle: OpenHandle) -> None:
