@@ -21,7 +21,7 @@ from benchmarks.latency import LatencyModel
 from tests.support.benchmark_runs import REPO_ROOT, quick_command, script_environment
 
 # whole scripts in subprocesses, some with their own S3 server: the full tier, not the fast one
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 TINY = {
     "checkpoint_duration": ["--sizes", "300", "--checkpoints", "3"],
@@ -38,7 +38,7 @@ TINY = {
     "spark_chain": ["--files", "2"],
 }
 RESULTS = {"spark_e2e": "spark_e2e_1e6"}  # scripts whose results file is named after the shape
-SCRIPT_TIMEOUT = 240
+SCRIPT_TIMEOUT = 600  # a hang guard: five JVMs start at once beside the other test worker
 
 
 def _command(name: str, out: Path) -> list[str]:
