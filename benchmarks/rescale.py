@@ -246,7 +246,7 @@ def run_spark(args: argparse.Namespace, plan: dict[str, Any], work: Path,
         manager = spark._streamingCheckpointManager
         results = []
         for number in range(plan["rounds"]):
-            timed = {"state_bytes": state_bytes}
+            timed: dict[str, float] = {"state_bytes": state_bytes}
             for label, partitions in (("to", plan["to"]), ("back", plan["from"])):
                 began = time.perf_counter()
                 manager.repartition(str(checkpoint), partitions)

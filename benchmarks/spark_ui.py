@@ -178,9 +178,10 @@ def tagged_stages(spark: Any, task_stats: dict[tuple[str, int], list[dict[str, A
         context.addJobTag(SINK_TAG)  # the sink runs next, until commit() below
         return output_frame(self, spark, result)
 
-    def untagged_commit(self: StatefulOperator, result: Any) -> str:
+    def untagged_commit(self: StatefulOperator, result: Any,
+                        chained: list[Any] | None = None) -> str:
         context.removeJobTag(SINK_TAG)
-        return commit(self, result)
+        return commit(self, result, chained)
 
     StatefulOperator.execute = tagged_execute  # type: ignore[method-assign]
     StatefulOperator.output_frame = tagged_output_frame  # type: ignore[method-assign]
