@@ -2,7 +2,7 @@
 
 `STORAGE_FACTORIES` maps a URL scheme to the function that opens its store; a scheme not in it
 goes to fsspec, and one fsspec does not know either fails naming the URL. A new backend is its
-store class plus one entry here.
+store class plus one entry: here, or from outside with `register_storage`.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ __all__ = [
     "join_key",
     "md5_hex",
     "open_storage",
+    "register_storage",
 ]
 
 StoreFactory = Callable[[str, SplitResult, StorageSettings, ConnectionNeeds], Storage]
@@ -147,3 +148,21 @@ STORAGE_FACTORIES: dict[str, StoreFactory] = {
     "s3": _open_s3,
     "s3a": _open_s3,
 }
+
+
+def register_storage(scheme: str, factory: StoreFactory, *, replace: bool = False) -> None:
+    """Open `scheme://` URLs with `factory` from now on, in this process. Register it where the
+    driver and every Python worker import it (the module of the query's processor, for
+    example): a worker that lacks it opens the URL through fsspec or refuses it by name.
+    A scheme already registered is refused unless `replace`, so that two packages cannot take
+    one scheme from each other unnoticed."""
+    key = scheme.lower().removesuffix("://")
+    if not key or not key.replace("+", "").replace("-", "").replace(".", "").isalnum():
+        raise UnsupportedStorageError(
+            f"register_storage({scheme!r}): not a URL scheme; give it as 'name' or 'name://'")
+    if key in STORAGE_FACTORIES and not replace:
+        raise UnsupportedStorageError(
+            f"register_storage({scheme!r}): scheme {key!r} already opens with "
+            f"{getattr(STORAGE_FACTORIES[key], '__qualname__', STORAGE_FACTORIES[key])}; pass "
+            f"replace=True to open it with another factory")
+    STORAGE_FACTORIES[key] = factory

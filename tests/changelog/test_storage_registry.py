@@ -22,6 +22,7 @@ from pyspark_dstl.changelog.storage import (
     Storage,
     StorageSettings,
     open_storage,
+    register_storage,
 )
 
 
@@ -39,6 +40,39 @@ def test_a_registered_scheme_opens_the_store_of_its_factory(
         assert store.root_url == "memory://registered-space"
     finally:
         MemoryStorage.drop("registered-space")
+
+
+def test_register_storage_opens_a_new_scheme_with_its_factory(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("pyspark_dstl.changelog.storage.STORAGE_FACTORIES",
+                        dict(STORAGE_FACTORIES))
+    register_storage("scratch://", open_as_memory)
+    store = open_storage("Scratch://space/x", ChangelogSettings())
+    assert isinstance(store, MemoryStorage)
+    assert store.root_url == "memory://registered-space"
+
+
+def test_register_storage_refuses_a_taken_scheme_unless_asked_to_replace(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("pyspark_dstl.changelog.storage.STORAGE_FACTORIES",
+                        dict(STORAGE_FACTORIES))
+    with pytest.raises(UnsupportedStorageError, match=r"scheme 's3' already opens with .*"
+                                                      r"replace=True"):
+        register_storage("s3", open_as_memory)
+    register_storage("s3", open_as_memory, replace=True)
+    assert isinstance(open_storage("s3://bucket/x", ChangelogSettings()), MemoryStorage)
+
+
+def test_register_storage_refuses_what_is_not_a_scheme() -> None:
+    with pytest.raises(UnsupportedStorageError, match="not a URL scheme"):
+        register_storage("s3 bucket", open_as_memory)
+
+
+def test_register_storage_is_exported_with_the_storage_interface() -> None:
+    import pyspark_dstl
+
+    assert pyspark_dstl.register_storage is register_storage
+    assert pyspark_dstl.Storage is Storage
 
 
 def test_a_scheme_fsspec_knows_needs_no_entry(tmp_path: Path) -> None:
