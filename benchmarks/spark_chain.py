@@ -26,7 +26,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,7 @@ from benchmarks.harness import (
     summarize,
 )
 from benchmarks.plots import bar_plot
-from benchmarks.spark_e2e import SPARK_STATE_CONF, _as_dict
+from benchmarks.spark_e2e import SPARK_STATE_CONF, Checksums, _as_dict, checksum_sink
 
 NAME = "spark_chain"
 FULL: dict[str, Any] = {"files": 8, "rows_per_file": 40_000, "keys": 20_000, "partitions": 4,
@@ -58,7 +58,6 @@ MODES = {"a": "(a) dstl switch: PySpark's code, both steps here",
 DEFAULT_MODES = ("a", "a2", "b")
 SECONDS_PER_FILE = 10
 WATERMARK = "5 seconds"
-Checksums = dict[int, tuple[int, int]]
 
 
 def make_inputs(directory: Path, plan: dict[str, Any], seed: int) -> list[Path]:
@@ -80,17 +79,6 @@ def make_inputs(directory: Path, plan: dict[str, Any], seed: int) -> list[Path]:
         os.utime(path, (base + index, base + index))  # the file source orders by mtime
         paths.append(path)
     return paths
-
-
-def checksum_sink(outputs: Checksums) -> Callable[[Any, int], None]:
-    """One action per batch: windows emitted and the sum of their counts."""
-    from pyspark.sql import functions as F
-
-    def sink(df: Any, batch_id: int) -> None:
-        row = df.agg(F.count(F.lit(1)).alias("n"), F.sum("count").alias("s")).collect()[0]
-        outputs[batch_id] = (int(row["n"]), int(row["s"] or 0))
-
-    return sink
 
 
 class Run:
