@@ -237,7 +237,7 @@ def tabulate(report: Report, results: dict[str, dict[str, Any]], plan: dict[str,
                   "batch p99 s", "rows/s vs (b)"], rows)
     if "a" in rates and "b" in rates:
         value = ratio(rates["a"], rates["b"])
-        report.goal("11. Chained query, the switch", "rows/s >= 1x PySpark's own operators",
+        report.goal("12. Chained query, the switch", "rows/s >= 1x PySpark's own operators",
                     f"{value:.2f}x", value, value >= 1.0 and agree)
 
 

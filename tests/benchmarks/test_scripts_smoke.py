@@ -220,7 +220,7 @@ def test_spark_chain_contenders_agree_batch_by_batch(runs: Runs) -> None:
         result["notes"]
     assert {mode: v["rows"] for mode, v in result["samples"].items()} == {
         "a": 1000, "a2": 1000, "b": 1000}
-    assert [goal["benchmark"] for goal in result["goals"]] == ["11. Chained query, the switch"]
+    assert [goal["benchmark"] for goal in result["goals"]] == ["12. Chained query, the switch"]
     assert (out / "spark_chain.png").stat().st_size > 0
 
 
