@@ -13,6 +13,7 @@ from pyspark_dstl.changelog.storage import Storage, open_storage
 from pyspark_dstl.changelog.storage.memory import MemoryStorage
 from pyspark_dstl.core.loop import EventLoopThread
 from tests.support import FaultProxy, MotoServer, S3Env, make_s3_env
+from tests.support.connect import ConnectServer
 
 STORAGE_KINDS = ["memory", "file", "s3"]
 S3_FIXTURES = frozenset({"s3", "moto_server", "fault_proxy"})
@@ -134,3 +135,13 @@ def dropin(spark: object) -> Iterator[object]:
 
 
 # ---- end of the Spark block -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
+    """A Spark Connect server on loopback for the tests of one module (its own JVM)."""
+    server = ConnectServer(tmp_path_factory.mktemp("connect")).start()
+    try:
+        yield server
+    finally:
+        server.stop()

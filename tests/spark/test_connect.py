@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,15 +15,6 @@ from tests.support.spark import REPO_ROOT
 from tests.support.versions import connect_has_transform_with_state
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1200)]
-
-
-@pytest.fixture(scope="module")
-def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
-    server = ConnectServer(tmp_path_factory.mktemp("connect")).start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 # Spark gives a Python process it starts without its daemon (the one that runs foreachBatch

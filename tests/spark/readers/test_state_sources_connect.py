@@ -4,7 +4,6 @@ switch routes the Connect reader's `load()` as it routes the classic one."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,15 +14,6 @@ from tests.support.connect import ConnectServer
 from tests.support.spark import REPO_ROOT
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1200)]
-
-
-@pytest.fixture(scope="module")
-def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
-    server = ConnectServer(tmp_path_factory.mktemp("connect")).start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def test_statestore_and_state_metadata_read_the_switchs_location_through_connect(
