@@ -9,6 +9,13 @@ written but Spark's own commit not yet ("commit_log_after"), and a task's change
 ("changelog_persist_after", in a worker process: the task fails, and with it the query).
 Whatever the point, the run after it must give every batch's rows exactly as the run that
 was never killed, and `verify` must find the checkpoint clean.
+
+`CHAIN_KILL_SEQUENCE` kills one checkpoint at each point in turn (counts relative to the
+batch a restarted run begins with: every kill of the first five lands in a batch the runs
+before it left uncommitted), then runs it to the end: each restart recovers from the kill
+before it, and the last run's outputs and `verify` judge every recovery. The crash test runs
+the sequence (8 Spark processes where a fresh checkpoint per point takes 13); the soak runs
+single rounds at random points.
 """
 
 from __future__ import annotations
@@ -32,6 +39,15 @@ CHAIN_KILLS: tuple[tuple[str, int], ...] = (
     ("commit_log_before", 3),  # batch 2: sink done, the commit entry not written
     ("commit_log_after", 4),  # batch 3: the entry written, Spark's commit not yet
     ("changelog_persist_after", 5),  # a task of some stage, after its upload
+)
+# each kill in the batch the previous kill left uncommitted (batch 1, then 1, 1, 2, 3, ...)
+CHAIN_KILL_SEQUENCE: tuple[tuple[str, int], ...] = (
+    ("stage_done", 4),  # batch 1: the first operator's stores committed
+    ("stage_done", 2),  # batch 1 again: the deduplication's stores committed too
+    ("stage_done", 3),  # batch 1 again: every operator committed, the sink not yet run
+    ("commit_log_before", 2),  # batch 2: sink done, the commit entry not written
+    ("commit_log_after", 2),  # batch 3: the entry written, Spark's commit not yet
+    ("changelog_persist_after", 5),  # a task of some stage of a later batch, after its upload
 )
 JOB_TIMEOUT_S = 900
 
@@ -61,20 +77,40 @@ class ChainRounds:
         expected = self.reference()
         place = self._fresh(f"round-{self.rounds}-{point}-{count}")
         killed = self._run(place, f"{point}:{count}")
+        self._assert_killed(killed, point, count)
+        self.kills[point] = self.kills.get(point, 0) + 1
+        self._finish(place, expected, f"{point}:{count}")
+
+    def in_sequence(self, kills: tuple[tuple[str, int], ...]) -> None:
+        """Kill one checkpoint at each of `kills` in turn, each run restarting from the kill
+        before it; then run it to the end and check the outputs and the checkpoint."""
+        expected = self.reference()
+        place = self._fresh(f"sequence-{self.rounds}")
+        for point, count in kills:
+            killed = self._run(place, f"{point}:{count}")
+            self._assert_killed(killed, point, count)
+            self.kills[point] = self.kills.get(point, 0) + 1
+        self._finish(place, expected, " then ".join(f"{p}:{c}" for p, c in kills))
+
+    def _assert_killed(self, killed: subprocess.CompletedProcess[str], point: str,
+                       count: int) -> None:
         if point.startswith("changelog_persist"):
-            assert killed.returncode != 0, "the killed task should fail the query"
+            assert killed.returncode != 0, f"the task killed at {point}:{count} should fail " \
+                                           "the query"
         else:
-            assert killed.returncode == -9, killed.stdout + killed.stderr[-3000:]
+            assert killed.returncode == -9, (f"not killed at {point}:{count}: "
+                                             + killed.stdout + killed.stderr[-3000:])
+
+    def _finish(self, place: Path, expected: dict[str, list[str]], after: str) -> None:
         rerun = self._run(place, None)
         assert rerun.returncode == 0 and "DONE" in rerun.stdout, rerun.stderr[-3000:]
         actual = outputs_of(place / "out")
-        assert actual == expected, f"after a kill at {point}:{count}: {actual} != {expected}"
+        assert actual == expected, f"after a kill at {after}: {actual} != {expected}"
         from tests.reliability.soak import verify_root  # the soak imports this module
 
         problems = verify_root((place / "checkpoint").as_uri())
         assert problems == [], problems
         self.rounds += 1
-        self.kills[point] = self.kills.get(point, 0) + 1
         shutil.rmtree(place, ignore_errors=True)
 
     def _fresh(self, name: str) -> Path:
