@@ -380,7 +380,8 @@ class StatefulStream:
         except BaseException:
             fencing.abandon_query(self.operator)
             raise
-        return StatefulQuery(query)
+        operator = self.operator
+        return StatefulQuery(query, on_end=lambda: fencing.end_query(operator, query))
 
 
 def _struct(spark: Any, schema: Any) -> Any:

@@ -57,6 +57,15 @@ def attach_query(operator: LeaseHolder, query: Any) -> None:
         lease.busy_while(lambda: _active(query))
 
 
+def end_query(operator: LeaseHolder, query: Any) -> None:
+    """The query was seen to end (finished, stopped or failed): let go now, while this
+    process can still write the end file, rather than at the next renewal, which may come
+    when the interpreter is already shutting down its threads."""
+    lease = _leases.get(operator)
+    if lease is not None and lease.state == HELD and not _active(query):
+        lease.release("its query ended")
+
+
 def abandon_query(operator: LeaseHolder) -> None:
     """The query did not start: let go at once."""
     lease = _leases.get(operator)

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from pyspark_dstl.backend.backend_errors import CheckpointHeldError, FencedError
+from pyspark_dstl.backend.fencing.lease import HELD, RELEASED
 from pyspark_dstl.spark import stateful
 from pyspark_dstl.spark.driver import query_lease as fencing
 from tests.support.spark import (
@@ -73,3 +74,28 @@ def test_an_operator_whose_checkpoint_another_operator_took_stops_before_its_nex
     with pytest.raises(FencedError, match="let go of it"):
         first.run_batch(spark.createDataFrame(frames[2], schema=INPUT_SCHEMA), 2)
     assert stored_counts(spark, str(tmp_path / "ckpt")) == count_model(frames[:2])
+
+
+def test_a_query_that_ended_lets_go_of_its_location_when_await_termination_returns(
+        spark: Any, tmp_path: Path) -> None:
+    write_batches(tmp_path / "in", make_batches(2, rows=50, keys=10, seed=23))
+    stream = (stateful(file_stream(spark, tmp_path / "in")).group_by("user")
+              .process(CountProcessor(), COUNT_SCHEMA,
+                       checkpoint_location=str(tmp_path / "ckpt"), partitions=2))
+    query = stream.start(trigger={"availableNow": True}, engine_checkpoint=str(tmp_path / "e"))
+    lease = fencing.hold(stream.operator)
+    query.awaitTermination()
+    # let go at once (not at the next renewal, a third of the lease later, which may come
+    # when the interpreter already shut down the threads the end file needs)
+    assert lease.state == RELEASED
+
+
+def test_a_stopped_query_lets_go_of_its_location_when_stop_returns(
+        spark: Any, tmp_path: Path) -> None:
+    write_batches(tmp_path / "in", make_batches(1, rows=50, keys=10, seed=24))
+    stream, query = counting_query(spark, tmp_path / "in", tmp_path / "ckpt", tmp_path / "e")
+    lease = fencing.hold(stream.operator)
+    query.processAllAvailable()
+    assert lease.state == HELD
+    query.stop()
+    assert lease.state == RELEASED
