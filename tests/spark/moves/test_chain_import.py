@@ -41,8 +41,8 @@ def window_counts(first: Any) -> Any:
 
 
 def deduplicated_tallies(first: Any) -> Any:
-    # keys seen before the move stay seen: key a comes again after it
-    return (first.dropDuplicates(["k"])
+    # a key's "closed" row comes while its entry, imported, still holds it
+    return (first.dropDuplicatesWithinWatermark(["k"])
             .groupBy("k").transformWithStateInPandas(Tally(), TALLY_SCHEMA, "Append",
                                                      "EventTime"))
 
