@@ -143,3 +143,18 @@ def test_steps_whose_spark_state_has_no_exact_counterpart_are_refused_by_name(
             import_state(spark, str(source), str(target), RelayWithCloser())
         assert "query=<the chained DataFrame>" in str(without_query.value).splitlines()[0]
     assert not target.exists()
+
+
+def test_a_session_window_aggregation_is_refused_by_name(spark: Any, tmp_path: Path) -> None:
+    sessions = ChainScenario("sessions", RelayWithCloser, lambda first: first.groupBy(
+        "k", F.session_window("at", "5 seconds")).agg(F.count("*")), restart_after=None)
+    root = tmp_path / "sessions"
+    run_chain(spark, sessions, "pyspark", root)
+    target = tmp_path / "dstl"
+    with engine_settings(spark, "dropin"), pytest.raises(ChainImportError) as refused:
+        import_state(spark, str(root / "checkpoint-pyspark"), str(target), RelayWithCloser(),
+                     query=chain_query(spark, sessions, root / "in"))
+    first = str(refused.value).splitlines()[0]
+    assert "operator 0: sessionWindowStateStoreSaveExec" in first
+    assert "the state of a session window aggregation cannot be imported exactly" in first
+    assert not target.exists()
