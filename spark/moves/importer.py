@@ -163,8 +163,8 @@ def read_operators(spark: Any, checkpoint: SparkCheckpoint, batch_id: int
         raise NoTransformWithStateError(
             f"Spark checkpoint {str(checkpoint.root)!r} has no transformWithState operator "
             f"as its first stateful step (operators: {', '.join(names)}); import-state reads "
-            f"the state of queries that start with transformWithState / "
-            f"transformWithStateInPandas")
+            f"transformWithState / transformWithStateInPandas state only, and that of the "
+            f"steps a query chains after it")
     first, chained = steps[0], tuple(steps[1:])
     for step in (first, *chained):
         if int(step.row["maxBatchId"]) < batch_id:
