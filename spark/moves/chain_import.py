@@ -78,7 +78,7 @@ SAME_BUFFERS = ("count", "sum", "avg", "min", "max", "first", "last")
 EXPIRES = "__dstl_import_expires"  # dropDuplicatesWithinWatermark's expiresAtMicros
 
 
-def _buffer_column(index: int) -> str:
+def buffer_column(index: int) -> str:
     return f"__dstl_import_buffer_{index}"
 
 
@@ -228,11 +228,11 @@ def _aggregation(where: str, step: SparkStep, link: ChainLink,
         columns.append(F.lit(0).alias(plan.keys[0].columns[0]))
     # the buffer's fields by position: two aggregates may share a field name (sum, sum), and
     # a struct cast renames fields by position where a read by name would pick one of them
-    renamed = StructType([StructField(_buffer_column(i), field.dataType)
+    renamed = StructType([StructField(buffer_column(i), field.dataType)
                           for i, field in enumerate(value_fields)])
     buffers = F.col("value").cast(renamed)
-    records = frame.select(*columns, *(buffers.getField(_buffer_column(i)).alias(
-        _buffer_column(i)) for i in range(width)))
+    records = frame.select(*columns, *(buffers.getField(buffer_column(i)).alias(
+        buffer_column(i)) for i in range(width)))
     return records, AggregationImporter(plan)
 
 
@@ -253,7 +253,7 @@ class AggregationImporter(VectorizedStatefulProcessor):
         if not len(batch):
             return
         rows = batch.table.take(pa.array(batch.offsets[:-1], pa.int64()))
-        buffers = [rows.column(_buffer_column(i)).combine_chunks().cast(kind)
+        buffers = [rows.column(buffer_column(i)).combine_chunks().cast(kind)
                    for i, kind in enumerate(self._codec.types)]
         self._state.update_many(batch.keys, self._codec.encode(buffers))
         column = self.plan.event_time_column
