@@ -8,7 +8,9 @@ Into a new location: the state is committed there (importer.py) and Spark's logs
 its engine checkpoint; the Spark checkpoint gets one file, a move marker (driver/ownership.py),
 so that neither engine resumes it and the query cannot fork. In place (the same location
 twice): the Spark checkpoint's location becomes this backend's (in_place.py), and Spark's own
-operator refuses it from then on.
+operator refuses it from then on. A query that chains stateful steps after its
+transformWithState is imported from Python with the chained query (`query=`), which the command
+line cannot build (chain_import.py).
 """
 
 from __future__ import annotations

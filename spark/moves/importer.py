@@ -12,13 +12,17 @@ What an import does, in order:
    and checks that it declares every variable Spark kept, with its kind; and plans the read of
    the state through Spark's own `statestore` source at batch N (value, list and map state
    with their TTL expiries, and the registered timers) as one DataFrame of import records.
+   A query that chains stateful steps after its transformWithState brings their state too
+   when the chained query is given (chain_import.py): each chained operator's state is read
+   and planned the same way, in the encoding of the query's step at that place.
 2. `commit_import`: runs this backend's stateful stage on the records as batch N: the stage's
    processor runs the user's init() (so the variables are declared exactly as at run time)
    and writes every record with the encodings of the compat path, keeping Spark's TTL expiries
    and timer times. Its commit entry records N, the partition count of Spark's offset log
    (`spark.sql.shuffle.partitions`), the key columns, the batch's clocks (processing time,
    watermark, next watermark) as a batch of this backend records them, and where the state
-   came from (`extra["imported"]`).
+   came from (`extra["imported"]`). Each chained operator's stage runs after it on its own
+   records, and the same commit entry records them as the chain's operators.
 3. The caller copies Spark's `metadata`, `offsets/`, `commits/` and `sources/` to the engine
    checkpoint (spark_checkpoint.copy_engine_logs), so the query started there on this backend
    runs batch N+1 from the sources' positions.

@@ -12,7 +12,8 @@ kill interrupted it (kill points `move_in_place_*`):
 1. a move marker as Spark's offset log entry N+1 (driver/ownership.py), so Spark's operator
    refuses the location from now on, naming the move;
 2. a move record `moves/<n>` (started);
-3. the state, imported as import-state does (importer.py), committed as batch N at
+3. the state, imported as import-state does (importer.py; a query on the switch that chains
+   stateful steps brings every chained operator's state, chain_import.py), committed as batch N at
    `commits/N.<generation>` beside Spark's `commits/N` (this backend's names always carry a
    generation, Spark's never do, so neither log reads the other's entries) and under
    `state/<operator name>/` beside Spark's `state/<operator id>/` (an operator name made of
