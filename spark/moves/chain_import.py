@@ -150,7 +150,7 @@ def plan_chain_import(spark: Any, checkpoint: SparkCheckpoint, batch_id: int,
         if kind == AGGREGATE:
             records, processor = _aggregation(where, step, link, read)
         elif kind in (DEDUPLICATE, DEDUPLICATE_WITHIN_WATERMARK):
-            records, processor = _deduplication(step, link, read)
+            records, processor = _deduplication(where, step, link, read)
         elif kind == TRANSFORM:
             records, processor = transform_import(step, link)
         else:
@@ -269,7 +269,7 @@ class AggregationImporter(VectorizedStatefulProcessor):
 # ---- deduplication ---------------------------------------------------------------------------
 
 
-def _deduplication(step: SparkStep, link: ChainLink, read: Callable[..., Any]
+def _deduplication(where: str, step: SparkStep, link: ChainLink, read: Callable[..., Any]
                    ) -> tuple[Any, VectorizedStatefulProcessor]:
     from pyspark.sql import functions as F
 
@@ -278,7 +278,7 @@ def _deduplication(step: SparkStep, link: ChainLink, read: Callable[..., Any]
     keys = tuple(frame.schema["key"].dataType.names)
     if keys != plan.key_columns:
         raise ChainImportError(
-            f"{step.describe()} ({link.label}): Spark's state holds the keys "
+            f"{where}, {step.describe()} ({link.label}): Spark's state holds the keys "
             f"({', '.join(keys)}), this step deduplicates on ({', '.join(plan.key_columns)}): "
             f"give the chained query the Spark checkpoint was written by")
     columns = [F.col("key").getField(name).alias(name) for name in plan.key_columns]
