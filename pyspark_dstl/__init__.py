@@ -27,6 +27,7 @@ _LAZY_NAMES = {
     "ChangeFeedError": "pyspark_dstl.spark.readers.change_feed",
     "AggregateOverflowError": "pyspark_dstl.spark.spark_errors",
     "ChainedStepError": "pyspark_dstl.spark.spark_errors",
+    "ChainImportError": "pyspark_dstl.spark.moves.spark_checkpoint",
     "ChangelogError": "pyspark_dstl.changelog.changelog_errors",
     "ChecksumMismatchError": "pyspark_dstl.changelog.changelog_errors",
     "CommitLogCorruptError": "pyspark_dstl.backend.backend_errors",

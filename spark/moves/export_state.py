@@ -41,6 +41,11 @@ from pyspark_dstl.backend.fencing.lease import acquire
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
 from pyspark_dstl.backend.lineage.schema_records import history_at
 from pyspark_dstl.backend.rescale.key_groups import key_groups_in
+from pyspark_dstl.spark.chain.links import (
+    AGGREGATIONS,
+    DEDUPLICATE,
+    DEDUPLICATE_WITHIN_WATERMARK,
+)
 from pyspark_dstl.spark.codec.schema_history import canonical_schema
 from pyspark_dstl.spark.driver.ownership import (
     DONE,
@@ -269,18 +274,32 @@ def _read_location(url: str, storage: Any, settings: DstlSettings,
 
 
 def _refuse_chain(url: str, batch_id: int, entry: Any) -> None:
-    """A query with stateful steps after its transformWithState: Spark's own operators of
-    those steps would resume without their state (open windows, seen keys), so it is not
-    exported at all, whichever operator is named."""
+    """A query with stateful steps after its transformWithState is not exported at all,
+    whichever operator is named: Spark's own operators of those steps would resume without
+    their state. Each chained operator is named with why its state cannot go back."""
     chained = [op for op in query_operators(entry) if op.position > 0]
     if chained:
         raise ExportStateError(
             f"checkpoint location {display_location(url)!r}: batch {batch_id}'s query chains "
             f"stateful steps after its transformWithState ("
-            + ", ".join(f"operator {op.name}: {op.label or op.kind}" for op in chained)
-            + "); export-state writes transformWithState state only, and Spark's operators of "
-            "the chained steps would resume without their state: keep the query on this "
-            "backend, or start it on PySpark's own operators from its input")
+            + "; ".join(f"operator {op.name}: {op.label or op.kind} (Spark's operator "
+                        f"{op.spark_operator_id}), {_why_not_exported(op.kind)}"
+                        for op in chained)
+            + "); Spark's operators of the chained steps would resume without their state: "
+            "keep the query on this backend, or start it on PySpark's own operators from its "
+            "input")
+
+
+def _why_not_exported(kind: str) -> str:
+    """Why the state of a chained step of `kind` does not go back to Spark."""
+    if kind in AGGREGATIONS:
+        return ("Spark's aggregation state would have to be written by hand, which export-state "
+                "never does (Spark's operator writes it only from its own input rows)")
+    if kind in (DEDUPLICATE, DEDUPLICATE_WITHIN_WATERMARK):
+        return ("Spark's deduplication operator writes its seen keys only from rows it "
+                "deduplicates, and export-state stages the first transformWithState only")
+    return ("export-state stages the first transformWithState only; a chained one would need "
+            "a staging query of the whole chain under Spark's operator ids")
 
 
 def _declarations(processor: Any, source: Source) -> tuple[dict[str, Declared], SchemaBook]:

@@ -8,7 +8,9 @@ Into a new location: the state is committed there (importer.py) and Spark's logs
 its engine checkpoint; the Spark checkpoint gets one file, a move marker (driver/ownership.py),
 so that neither engine resumes it and the query cannot fork. In place (the same location
 twice): the Spark checkpoint's location becomes this backend's (in_place.py), and Spark's own
-operator refuses it from then on.
+operator refuses it from then on. A query that chains stateful steps after its
+transformWithState is imported from Python with the chained query (`query=`), which the command
+line cannot build (chain_import.py).
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ from typing import Any
 
 from pyspark_dstl.core.by_name import load_by_name
 from pyspark_dstl.core.errors import ConfigError
+from pyspark_dstl.spark.chain.links import ChainLink
+from pyspark_dstl.spark.chain.planning import for_output_mode
+from pyspark_dstl.spark.chain.steps import ChainedSteps
 from pyspark_dstl.spark.driver.ownership import (
     DONE,
     IMPORTED,
@@ -32,11 +37,12 @@ from pyspark_dstl.spark.moves.importer import (
     ImportReport,
     commit_import,
     prepare_import,
-    read_operator,
+    read_operators,
     tick_offsets,
 )
 from pyspark_dstl.spark.moves.in_place import move_in_place, setup_for, setup_storage
 from pyspark_dstl.spark.moves.spark_checkpoint import (
+    ChainImportError,
     ImportStateError,
     IncompleteSparkCheckpointError,
     NoTransformWithStateError,
@@ -50,6 +56,7 @@ from pyspark_dstl.spark.moves.spark_checkpoint import (
 )
 
 __all__ = [
+    "ChainImportError",
     "ImportReport",
     "ImportStateError",
     "IncompleteSparkCheckpointError",
@@ -97,15 +104,19 @@ def same_location(spark_checkpoint: str, location: str) -> bool:
 
 def import_state(spark: Any, spark_checkpoint: str, checkpoint_location: str, processor: Any,
                  *, name: str | None = None, settings: Mapping[str, Any] | None = None,
-                 engine_checkpoint: str | None = None) -> ImportReport:
+                 engine_checkpoint: str | None = None, query: Any = None,
+                 output_mode: str = "append") -> ImportReport:
     """Make the state of the stopped transformWithState query at `spark_checkpoint` (at its
     last committed batch N) the starting state of `checkpoint_location`, and copy Spark's logs
     to the engine checkpoint (`<checkpoint location>/engine` by default), so that the same
     query started on this backend there goes on with batch N+1. The same location twice moves
     it in place.
     `processor`: the query's PySpark StatefulProcessor, an instance or "module:Class".
-    `name`, `settings`: as process(...)'s."""
+    `name`, `settings`: as process(...)'s. A query that chains stateful steps after its
+    transformWithState brings their state too, given as `query`: the chained DataFrame as
+    written with the switch on (or the builder's stream), and its `output_mode`."""
     processor = resolve_processor(processor)
+    chain = chain_of(query, output_mode)
     url = to_url(checkpoint_location)
     SparkCheckpoint.open(spark_checkpoint)  # refuses what is not a local Spark checkpoint
     local_path(url, "checkpoint", TARGET_FIX)
@@ -117,22 +128,43 @@ def import_state(spark: Any, spark_checkpoint: str, checkpoint_location: str, pr
         source = SparkCheckpoint.open(spark_checkpoint)
         time_mode = _time_mode_of_query(spark, source)
         return move_in_place(spark, processor, setup_for(url, engine, overrides, spark,
-                                                         tick_offsets(time_mode)))
+                                                         tick_offsets(time_mode)), chain)
     source = SparkCheckpoint.open(spark_checkpoint)
     check_target(url, engine)
-    prepared = prepare_import(spark, source, processor)
+    prepared = prepare_import(spark, source, processor, chain)
     mark_source(spark, source, prepared.logs.batch_id, url, overrides)
     path, records = commit_import(spark, prepared, url, name=name, settings=settings)
     copy_engine_logs(source, local_path(engine, "engine checkpoint", TARGET_FIX),
                      tick_offsets(prepared.operator.time_mode))
     operator = prepared.operator
+    chained = [item.describe() for item in prepared.chain]
     write_move(setup_storage(setup_for(url, engine, overrides, spark)), MoveRecord(
         IMPORTED, DONE, prepared.logs.batch_id, source.url,
-        {"spark_operator": operator.name, "partitions": prepared.partitions}))
+        {"spark_operator": operator.name, "partitions": prepared.partitions,
+         **({"chained": chained} if chained else {})}))
     return ImportReport(batch_id=prepared.logs.batch_id, partitions=prepared.partitions,
                         key_columns=prepared.key_columns, time_mode=operator.time_mode,
                         variables=tuple(v.name for v in operator.variables),
-                        records=records, engine_checkpoint=engine, commit_path=path)
+                        records=records, engine_checkpoint=engine, commit_path=path,
+                        chained=tuple(chained))
+
+
+def chain_of(query: Any, output_mode: str) -> tuple[ChainLink, ...]:
+    """The steps `query` chains after its first stateful step, planned for `output_mode` as
+    when it starts (Spark's refusals for the mode come from here)."""
+    if query is None:
+        return ()
+    from pyspark_dstl.spark.builder.stateful_stream import StatefulStream
+
+    if isinstance(query, StatefulStream):
+        return tuple(query.operator.spec.chain)
+    steps = getattr(query, "chained_steps", None)
+    if not isinstance(steps, ChainedSteps):
+        raise ConfigError(
+            f"query: {type(query).__name__} is not a chained query of this backend: give the "
+            f"DataFrame of the query as written with pyspark_dstl.install() on (the result of "
+            f"its last step before .writeStream), or the builder's stream")
+    return for_output_mode(steps.links, output_mode, steps.entry)
 
 
 def mark_source(spark: Any, source: SparkCheckpoint, batch_id: int, url: str,
@@ -151,4 +183,4 @@ def mark_source(spark: Any, source: SparkCheckpoint, batch_id: int, url: str,
 
 
 def _time_mode_of_query(spark: Any, source: SparkCheckpoint) -> str:
-    return read_operator(spark, source, source.last_committed().batch_id).time_mode
+    return read_operators(spark, source, source.last_committed().batch_id)[0].time_mode

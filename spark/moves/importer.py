@@ -12,13 +12,17 @@ What an import does, in order:
    and checks that it declares every variable Spark kept, with its kind; and plans the read of
    the state through Spark's own `statestore` source at batch N (value, list and map state
    with their TTL expiries, and the registered timers) as one DataFrame of import records.
+   A query that chains stateful steps after its transformWithState brings their state too
+   when the chained query is given (chain_import.py): each chained operator's state is read
+   and planned the same way, in the encoding of the query's step at that place.
 2. `commit_import`: runs this backend's stateful stage on the records as batch N: the stage's
    processor runs the user's init() (so the variables are declared exactly as at run time)
    and writes every record with the encodings of the compat path, keeping Spark's TTL expiries
    and timer times. Its commit entry records N, the partition count of Spark's offset log
    (`spark.sql.shuffle.partitions`), the key columns, the batch's clocks (processing time,
    watermark, next watermark) as a batch of this backend records them, and where the state
-   came from (`extra["imported"]`).
+   came from (`extra["imported"]`). Each chained operator's stage runs after it on its own
+   records, and the same commit entry records them as the chain's operators.
 3. The caller copies Spark's `metadata`, `offsets/`, `commits/` and `sources/` to the engine
    checkpoint (spark_checkpoint.copy_engine_logs), so the query started there on this backend
    runs batch N+1 from the sources' positions.
@@ -26,13 +30,15 @@ What an import does, in order:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import reduce
 from typing import Any
 
+from pyspark_dstl.spark.chain.links import TRANSFORM, ChainLink
 from pyspark_dstl.spark.codec.values import encode_user_key, encode_value
 from pyspark_dstl.spark.driver import query_lease as fencing
+from pyspark_dstl.spark.driver.chained import ChainWatermarks
 from pyspark_dstl.spark.driver.operator import (
     BatchBase,
     OperatorSpec,
@@ -40,8 +46,15 @@ from pyspark_dstl.spark.driver.operator import (
     StatefulOperator,
 )
 from pyspark_dstl.spark.keys.keyed_batch import KeyedBatch
+from pyspark_dstl.spark.moves.chain_import import (
+    ChainedImport,
+    SparkStep,
+    in_query_order,
+    plan_chain_import,
+)
 from pyspark_dstl.spark.moves.spark_checkpoint import (
     BatchLogs,
+    ChainImportError,
     IncompleteSparkCheckpointError,
     NoTransformWithStateError,
     ProcessorMismatchError,
@@ -109,23 +122,33 @@ class ImportReport:
     engine_checkpoint: str
     commit_path: str
     in_place: bool = False  # the Spark checkpoint's own location now belongs to this backend
+    chained: tuple[str, ...] = ()  # the chained operators imported, described
 
     def describe(self) -> str:
         where = "moved in place" if self.in_place else "imported"
+        steps = f", and the chained steps: {'; '.join(self.chained)}" if self.chained else ""
         return (f"{where} batch {self.batch_id}: {self.records} record(s) of "
                 f"{len(self.variables)} state variable(s) ({', '.join(self.variables) or '-'}) "
                 f"and timers, {self.partitions} state partitions, key "
-                f"({', '.join(self.key_columns)}), time mode {self.time_mode}; Spark's logs "
-                f"are at {self.engine_checkpoint}; the next batch is {self.batch_id + 1}")
+                f"({', '.join(self.key_columns)}), time mode {self.time_mode}{steps}; Spark's "
+                f"logs are at {self.engine_checkpoint}; the next batch is {self.batch_id + 1}")
 
 
 # ---- the driver: reading Spark's metadata and state -------------------------------------------
 
 
 def read_operator(spark: Any, checkpoint: SparkCheckpoint, batch_id: int) -> SparkOperator:
-    """The one transformWithState operator of the checkpoint, from Spark's metadata reader."""
-    import json
+    """The one transformWithState operator of a checkpoint that chains no step after it."""
+    operator, chained = read_operators(spark, checkpoint, batch_id)
+    if chained:
+        raise _chain_needs_query(checkpoint, chained)
+    return operator
 
+
+def read_operators(spark: Any, checkpoint: SparkCheckpoint, batch_id: int
+                   ) -> tuple[SparkOperator, tuple[SparkStep, ...]]:
+    """The query's first step, its transformWithState operator, and the stateful operators
+    chained after it in query order (chain_import.py), from Spark's metadata reader."""
     if not (checkpoint.root / "state").is_dir():
         raise NoTransformWithStateError(
             f"Spark checkpoint {str(checkpoint.root)!r} has no state/ directory: its query has "
@@ -138,34 +161,29 @@ def read_operator(spark: Any, checkpoint: SparkCheckpoint, batch_id: int) -> Spa
             f"Spark checkpoint {str(checkpoint.root)!r}: Spark's state-metadata reader cannot "
             f"list its operators ({str(exc).splitlines()[0]:.200}); only transformWithState "
             f"queries of PySpark 4 can be imported") from exc
-    found = [row for row in rows if "transformwithstate" in str(row["operatorName"]).lower()]
-    if not found:
-        names = sorted({str(row["operatorName"]) for row in rows}) or ["none"]
+    steps = in_query_order(rows)
+    if not steps or steps[0].kind != TRANSFORM:
+        names = sorted({step.name for step in steps}) or ["none"]
         raise NoTransformWithStateError(
             f"Spark checkpoint {str(checkpoint.root)!r} has no transformWithState operator "
-            f"(operators: {', '.join(names)}); import-state reads transformWithState / "
-            f"transformWithStateInPandas state only")
-    others = sorted({(int(row["operatorId"]), str(row["operatorName"])) for row in rows
-                     if row not in found})
-    if others:
-        raise NoTransformWithStateError(
-            f"Spark checkpoint {str(checkpoint.root)!r} chains stateful operators with its "
-            f"transformWithState ("
-            + ", ".join(f"operator {number}: {name}" for number, name in others)
-            + "); import-state (into a new location or in place) moves transformWithState "
-            "state only, and the state of the chained steps (open windows, seen keys) would be "
-            "lost: start the chained query on this backend from its input")
-    if len({int(row["operatorId"]) for row in found}) > 1:
-        raise NoTransformWithStateError(
-            f"Spark checkpoint {str(checkpoint.root)!r} has several transformWithState "
-            f"operators ({', '.join(str(r['operatorId']) for r in found)}); import-state "
-            f"imports a query with one")
-    row = found[0]
-    if int(row["maxBatchId"]) < batch_id:
-        raise IncompleteSparkCheckpointError(
-            f"Spark checkpoint {str(checkpoint.root)!r}: the operator's state metadata ends at "
-            f"batch {row['maxBatchId']} but batch {batch_id} is committed; restart the query on "
-            f"PySpark until it commits again, stop it, then import")
+            f"as its first stateful step (operators: {', '.join(names)}); import-state reads "
+            f"transformWithState / transformWithStateInPandas state only, and that of the "
+            f"steps a query chains after it")
+    first, chained = steps[0], tuple(steps[1:])
+    for step in (first, *chained):
+        if int(step.row["maxBatchId"]) < batch_id:
+            raise IncompleteSparkCheckpointError(
+                f"Spark checkpoint {str(checkpoint.root)!r}: the state metadata of "
+                f"{step.describe()} ends at batch {step.row['maxBatchId']} but batch "
+                f"{batch_id} is committed; restart the query on PySpark until it commits "
+                f"again, stop it, then import")
+    return spark_operator(first.row), chained
+
+
+def spark_operator(row: Any) -> SparkOperator:
+    """A transformWithState operator from its state-metadata row."""
+    import json
+
     properties = json.loads(row["operatorProperties"] or "{}")
     variables = []
     for item in properties.get("stateVariables", []):
@@ -177,6 +195,18 @@ def read_operator(spark: Any, checkpoint: SparkCheckpoint, batch_id: int) -> Spa
                          int(row["numPartitions"]),
                          _time_mode(properties.get("timeMode")), tuple(variables),
                          str(properties.get("outputMode") or "Update"))
+
+
+def _chain_needs_query(checkpoint: SparkCheckpoint,
+                       chained: Sequence[SparkStep]) -> NoTransformWithStateError:
+    return NoTransformWithStateError(
+        f"Spark checkpoint {str(checkpoint.root)!r} chains stateful operators after its "
+        f"transformWithState ("
+        + ", ".join(step.describe() for step in chained)
+        + "); their state (open windows, seen keys) is imported only with the chained query "
+        "itself: pass it as import_state(..., query=<the chained DataFrame>, output_mode=...), "
+        "or start that query on the switch on the Spark checkpoint's location with "
+        "spark.dstl.query.sparkCheckpoint=migrate (docs/migration.md)")
 
 
 def _time_mode(spark_word: Any) -> str:
@@ -491,22 +521,58 @@ class PreparedImport:
     records: Any  # DataFrame of import records (lazy: read when committed)
     key_columns: tuple[str, ...]
     targets: tuple[Target, ...]
+    chain: tuple[ChainedImport, ...] = ()  # the chained steps' imports, in query order
 
 
-def prepare_import(spark: Any, source: SparkCheckpoint, processor: Any) -> PreparedImport:
-    """Step 1 (module docstring): read and check, write nothing."""
+def prepare_import(spark: Any, source: SparkCheckpoint, processor: Any,
+                   chain: Sequence[ChainLink] = ()) -> PreparedImport:
+    """Step 1 (module docstring): read and check, write nothing. `chain`: the steps the query
+    chains after its transformWithState, planned for its output mode (their state comes too,
+    chain_import.py)."""
     logs = source.last_committed()
-    operator = read_operator(spark, source, logs.batch_id)
+    operator, chained = read_operators(spark, source, logs.batch_id)
+    if chained and not chain:
+        raise _chain_needs_query(source, chained)
     schemas, kinds = declarations(processor, operator.time_mode)
     check_processor(operator, kinds, processor)
     partitions = logs.shuffle_partitions or operator.num_partitions
     records, key_columns = import_records(spark, source, operator, logs.batch_id)
-    fields = {f.name: f.dataType for f in records.schema.fields}
-    targets = tuple(Target(v, _stored_type(v, fields[_value_column(i)]),
-                           fields.get(_map_key_column(i)))
-                    for i, v in enumerate(operator.variables))
+    targets = _targets(operator, records)
+    imports: tuple[ChainedImport, ...] = ()
+    if chained or chain:
+        imports = plan_chain_import(spark, source, logs.batch_id, chained, chain,
+                                    _chained_transform(spark, source, logs.batch_id))
     return PreparedImport(source, logs, operator, processor, schemas, partitions, records,
-                          key_columns, targets)
+                          key_columns, targets, imports)
+
+
+def _targets(operator: SparkOperator, records: Any) -> tuple[Target, ...]:
+    fields = {f.name: f.dataType for f in records.schema.fields}
+    return tuple(Target(v, _stored_type(v, fields[_value_column(i)]),
+                        fields.get(_map_key_column(i)))
+                 for i, v in enumerate(operator.variables))
+
+
+def _chained_transform(spark: Any, source: SparkCheckpoint, batch_id: int
+                       ) -> Callable[[SparkStep, ChainLink], tuple[Any, Any]]:
+    """How a transformWithState chained after the first step is imported: as the first one,
+    with the processor the query gives that step."""
+
+    def plan(step: SparkStep, link: ChainLink) -> tuple[Any, Any]:
+        operator = spark_operator(step.row)
+        processor = link.processor.processor  # the PySpark processor inside its adapter
+        schemas, kinds = declarations(processor, operator.time_mode)
+        check_processor(operator, kinds, processor)
+        records, key_columns = import_records(spark, source, operator, batch_id)
+        if tuple(key_columns) != tuple(link.key_columns):
+            raise ChainImportError(
+                f"Spark checkpoint {str(source.root)!r}, {step.describe()} ({link.label}): "
+                f"Spark's state is keyed by ({', '.join(key_columns)}), the step groups by "
+                f"({', '.join(link.key_columns)}): give the chained query the Spark "
+                f"checkpoint was written by")
+        return records, StateImporter(processor, schemas, _targets(operator, records))
+
+    return plan
 
 
 def commit_import(spark: Any, prepared: PreparedImport, url: str, *, name: str | None = None,
@@ -530,16 +596,25 @@ def commit_import(spark: Any, prepared: PreparedImport, url: str, *, name: str |
                         key_columns=prepared.key_columns,
                         output_schema=StructType([StructField("imported", LongType())]),
                         location=url, partitions=prepared.partitions,
-                        name=resolved.query.operator_name, time=TimeSpec(mode))
+                        name=resolved.query.operator_name, time=TimeSpec(mode),
+                        chain=tuple(item.link for item in prepared.chain))
     importer = ImportOperator(spec, resolved, prepared.logs, operator.time_mode,
                               type(prepared.processor).__name__,
                               {"spark_operator": operator.name,
                                "spark_output_mode": operator.output_mode,
                                "spark_checkpoint": prepared.source.url, **dict(imported or {})})
     result = importer.execute(prepared.records, prepared.logs.batch_id)
+    chained: list[StageResult] = []
     try:
-        path = importer.commit(result)
+        # nothing fires while the records are written: the chained stages' clocks are the
+        # earliest time there is, as the first one's
+        earliest = ChainWatermarks(MIN_EXPIRY_MS, MIN_EXPIRY_MS)
+        for step, item in zip(importer.chained, prepared.chain, strict=True):
+            chained.append(step.execute(item.records, result, earliest))
+        path = importer.commit(result, chained)
     finally:
-        importer.release(result)
+        for done in (result, *chained):
+            importer.release(done)
         fencing.hold(importer).release("import-state finished")
-    return path, sum(r.input_rows for r in result.reports.values())
+    return path, sum(r.input_rows for done in (result, *chained)
+                     for r in done.reports.values())

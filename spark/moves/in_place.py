@@ -12,7 +12,8 @@ kill interrupted it (kill points `move_in_place_*`):
 1. a move marker as Spark's offset log entry N+1 (driver/ownership.py), so Spark's operator
    refuses the location from now on, naming the move;
 2. a move record `moves/<n>` (started);
-3. the state, imported as import-state does (importer.py), committed as batch N at
+3. the state, imported as import-state does (importer.py; a query on the switch that chains
+   stateful steps brings every chained operator's state, chain_import.py), committed as batch N at
    `commits/N.<generation>` beside Spark's `commits/N` (this backend's names always carry a
    generation, Spark's never do, so neither log reads the other's entries) and under
    `state/<operator name>/` beside Spark's `state/<operator id>/` (an operator name made of
@@ -36,6 +37,7 @@ from typing import Any
 
 from pyspark_dstl.backend.faults import kill_point
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
+from pyspark_dstl.spark.chain.links import ChainLink
 from pyspark_dstl.spark.driver.ownership import (
     DONE,
     MIGRATE,
@@ -84,9 +86,11 @@ class MoveSetup:
     extra_offsets: tuple[str, ...] = ()
 
 
-def move_in_place(spark: Any, processor: Any, setup: MoveSetup) -> ImportReport:
+def move_in_place(spark: Any, processor: Any, setup: MoveSetup,
+                  chain: Sequence[ChainLink] = ()) -> ImportReport:
     """Move (or finish moving) the Spark checkpoint at `setup.location` in place (module
-    docstring). `processor`: the query's PySpark StatefulProcessor instance."""
+    docstring). `processor`: the query's PySpark StatefulProcessor instance; `chain`: the
+    steps the query chains after it, planned for its output mode (their state moves too)."""
     root = local_path(setup.location, "checkpoint location", FIX)
     engine = local_path(setup.engine, "engine checkpoint", FIX)
     storage = setup_storage(setup)
@@ -97,13 +101,15 @@ def move_in_place(spark: Any, processor: Any, setup: MoveSetup) -> ImportReport:
             f"{'state of this backend' if status.has_state else 'no Spark checkpoint'}"
             f"{'; ' + status.last_move.describe() if status.last_move else ''})")
     source = SparkCheckpoint.open(str(root))
-    prepared = prepare_import(spark, source, processor)
+    prepared = prepare_import(spark, source, processor, chain)
     batch = prepared.logs.batch_id
     _check(setup, status, source, prepared)
     variables = [v.name for v in prepared.operator.variables]
+    chained = [item.describe() for item in prepared.chain]
     details = {"spark_operator": prepared.operator.name, "operator": _operator_name(setup),
                "partitions": prepared.partitions, "engine_checkpoint": setup.engine,
-               "time_mode": prepared.operator.time_mode, "variables": variables}
+               "time_mode": prepared.operator.time_mode, "variables": variables,
+               **({"chained": chained} if chained else {})}
     if batch + 1 not in status.spark.markers:
         write_marker(storage, batch + 1, marker_bytes(
             f"the state of this checkpoint moved to pyspark-dstl after Spark's batch {batch} "
@@ -132,15 +138,18 @@ def move_in_place(spark: Any, processor: Any, setup: MoveSetup) -> ImportReport:
                 "state of Spark's batch %d (%s) is this backend's batch %d, the query goes on "
                 "with batch %d from the sources' positions; Spark's operator now refuses this "
                 "location (python -m pyspark_dstl inspect %s shows the move)",
-                setup.location, batch, ", ".join(variables) or "timers only",
+                setup.location, batch,
+                "; ".join([", ".join(variables) or "timers only", *chained]),
                 batch, batch + 1, str(root))
     return ImportReport(batch_id=batch, partitions=prepared.partitions,
                         key_columns=prepared.key_columns, time_mode=prepared.operator.time_mode,
                         variables=tuple(variables), records=records,
-                        engine_checkpoint=setup.engine, commit_path=path, in_place=True)
+                        engine_checkpoint=setup.engine, commit_path=path, in_place=True,
+                        chained=tuple(chained))
 
 
-def settle_at_start(spark: Any, processor: Any, setup: MoveSetup) -> ImportReport | None:
+def settle_at_start(spark: Any, processor: Any, setup: MoveSetup,
+                    chain: Sequence[ChainLink] = ()) -> ImportReport | None:
     """A query on the switch starts on `setup.location`: with `sparkCheckpoint=migrate` a
     Spark checkpoint there (or a move of it that was interrupted) is moved in place first;
     otherwise nothing happens here and the query's own check refuses the location
@@ -154,7 +163,7 @@ def settle_at_start(spark: Any, processor: Any, setup: MoveSetup) -> ImportRepor
         return None  # not a PySpark processor: the query's check refuses, with the command
     if "://" in setup.location and not setup.location.startswith("file://"):
         return None  # the query's check refuses it; import-state says why S3 is not moved
-    return move_in_place(spark, processor, setup)
+    return move_in_place(spark, processor, setup, chain)
 
 
 def _check(setup: MoveSetup, status: LocationStatus, source: SparkCheckpoint,

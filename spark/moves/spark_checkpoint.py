@@ -49,6 +49,11 @@ class NoTransformWithStateError(ImportStateError):
     """The Spark checkpoint has no transformWithState operator whose state could be read."""
 
 
+class ChainImportError(ImportStateError):
+    """A step the Spark query chains after its transformWithState cannot be imported: its
+    state has no exact counterpart here, or it is not the step the query given has there."""
+
+
 class TargetNotEmptyError(ImportStateError):
     """The target checkpoint already holds state (or an engine checkpoint)."""
 

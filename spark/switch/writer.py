@@ -311,7 +311,8 @@ def _settle_location(stream: StatefulStream, engine: str) -> None:
 
     setup = MoveSetup(stream.operator.location, engine, stream.operator.settings,
                       (TICK_OFFSET,) if stream.uses_ticks() else ())
-    settle_at_start(stream._df.sparkSession, stream.pyspark_processor(), setup)
+    settle_at_start(stream._df.sparkSession, stream.pyspark_processor(), setup,
+                    stream.operator.spec.chain)
 
 
 def _session_conf(spark: Any, key: str) -> str | None:

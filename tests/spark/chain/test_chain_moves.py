@@ -1,7 +1,8 @@
 """The moves refuse a query that chains stateful steps after its transformWithState, naming
-the chained operators, before they write anything: import-state and the in-place move would
-lose the state of Spark's chained operators (open windows, seen keys), export-state that of
-this backend's."""
+the chained operators, before they write anything, where they would lose the state of the
+chained operators (open windows, seen keys): import-state and the in-place move without the
+chained query itself (with it they bring every operator's state: tests/spark/moves/
+test_chain_import.py), export-state always, naming why for each operator."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def without_leases(files: dict[str, bytes]) -> dict[str, bytes]:
             if not path.startswith(EPOCHS_PREFIX + "/")}
 
 
-def test_import_state_and_the_in_place_move_refuse_a_spark_checkpoint_with_chained_operators(
+def test_import_state_and_the_in_place_move_without_the_chained_query_refuse_a_chain(
         spark: Any, tmp_path: Path) -> None:
     run_chain(spark, WINDOW_COUNTS, "pyspark", tmp_path)
     source = tmp_path / "checkpoint-pyspark"
@@ -42,7 +43,8 @@ def test_import_state_and_the_in_place_move_refuse_a_spark_checkpoint_with_chain
     first = str(into_new.value).splitlines()[0]
     assert f"Spark checkpoint {str(source)!r} chains stateful operators" in first
     assert "operator 0: stateStoreSave" in first
-    assert "start the chained query on this backend from its input" in first
+    assert "import_state(..., query=<the chained DataFrame>, output_mode=...)" in first
+    assert "spark.dstl.query.sparkCheckpoint=migrate" in first
     assert not (tmp_path / "dstl").exists()
 
     with pytest.raises(NoTransformWithStateError) as in_place:
@@ -63,6 +65,8 @@ def test_export_state_refuses_a_location_with_chained_operators_whichever_is_nam
         first = str(refused.value).splitlines()[0]
         assert "query chains stateful steps after its transformWithState" in first
         assert "operator stateful.1: groupBy(window(at" in first
+        assert "(Spark's operator 0), Spark's aggregation state would have to be written by " \
+            "hand" in first
         assert "keep the query on this backend" in first
     assert not (tmp_path / "back").exists()
     # the export's lease came and went under epochs/; nothing else changed
