@@ -65,14 +65,16 @@ class MetricsReader(DataSourceReader):
         query's input, which an empty branch would empty. A storage failure costs this batch
         its observed metrics, never the batch."""
         running = running_batch()
+        if running is None:
+            yield self._read_row(None)
+            return
         key = (self.url, self.operator, json.dumps(self.settings, sort_keys=True),
                _local_property(RUN_PROPERTY), running)
-        row = _READ.get(key) if running is not None else None
+        row = _READ.get(key)
         if row is None:
             row = self._read_row(running)
-            if running is not None:
-                _READ.clear()  # one batch's row per worker process: the newest asked for
-                _READ[key] = row
+            _READ.clear()  # one batch's row per worker process: the newest asked for
+            _READ[key] = row
         yield row
 
     def _read_row(self, running: int | None) -> tuple[Any, ...]:
