@@ -176,11 +176,18 @@ class StatefulOperator:
         self.settings = settings
         self.location = spec.location
         self._batches_since_cleanup = 0
+        self._commit_log: CommitLog | None = None
+        self._commit_log_storage: Any = None
         self.chained = tuple(ChainedOperator(self, link, position)
                              for position, link in enumerate(spec.chain, start=1))
         # the chained steps' state is checked against the newest commit once, before the
         # first batch (driver/state_schemas.py)
         self._chain_checked = not self.chained
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without its storage client (Spark Connect ships foreachBatch to a server
+        process): the commit log is opened again where it runs."""
+        return {**self.__dict__, "_commit_log": None, "_commit_log_storage": None}
 
     @property
     def operator_names(self) -> tuple[str, ...]:
@@ -194,14 +201,21 @@ class StatefulOperator:
         return backend.context(self.location).storage
 
     def commit_log(self) -> CommitLog:
-        return CommitLog(self._storage())
+        """The query's commit log, one object for every batch: what it learned of the
+        records (entry or fence: they never change) spares reading each retained entry again
+        in every batch."""
+        storage = self._storage()
+        if self._commit_log is None or self._commit_log_storage is not storage:
+            self._commit_log, self._commit_log_storage = CommitLog(storage), storage
+        return self._commit_log
 
     # --- one batch ---------------------------------------------------------------------------
 
     def base_for(self, batch_id: int) -> BatchBase:
         """The entry `batch_id` builds on; a re-executed batch builds on the one before it."""
         log = self.commit_log()
-        batches = log.batch_ids()
+        listed = log.generations()  # one listing for the whole look-up
+        batches = log.batch_ids(listed)
         later = [b for b in batches if b > batch_id]
         if later:
             raise CommitValidationError(
@@ -217,7 +231,7 @@ class StatefulOperator:
                 f"the commit log under {self.location!r} ends at batch {previous}, but the "
                 f"engine runs batch {batch_id}: batches {previous + 1}..{batch_id - 1} were "
                 f"never committed here, their state changes would be lost")
-        return BatchBase(previous, log.read(previous), rerun=batch_id in batches)
+        return BatchBase(previous, log.read(previous, listed), rerun=batch_id in batches)
 
     def num_partitions(self, base: BatchBase, spark: Any) -> int:
         """The partition count this batch runs with: as asked (builder, then
