@@ -94,11 +94,11 @@ class QuerySettings(Settings):
     observed_metrics: bool = setting(
         "observedMetrics", BOOL, True,
         "Put the newest committed batch's state metrics into Spark's progress reports "
-        "(observed metrics `dstl_state`). Costs a fixed 0.15-0.2 s per batch on a two-core "
-        "machine (one more Spark job of one task, a broadcast, one short listing and one read "
-        "of the commit log; docs/metrics.md splits it), so `false` makes short batches faster; "
-        "the JSON log record, the commit entries and `stream.progress` keep every metric "
-        "either way.")
+        "(observed metrics `dstl_state`). Read inside the batch's own job, no Spark job of "
+        "its own: one short listing and one read of the commit log per Python worker that "
+        "reads an input partition, and one joined row per input row (docs/metrics.md "
+        "measures it); the JSON log record, the commit entries and `stream.progress` keep "
+        "every metric either way.")
 
 
 QUERY_SETTING_KEYS: dict[str, str] = setting_keys(QuerySettings)

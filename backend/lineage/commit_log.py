@@ -187,6 +187,11 @@ class CommitLog:
         """batch id -> [(generation, object)], generations ascending, fences included;
         foreign names ignored."""
         infos = self._run(self._storage.alist(self._prefix + "/"), self._prefix)
+        # what is known of a record stays true while it exists; forget the deleted ones, so
+        # a log used for many batches keeps what it knows bounded by what is retained
+        listed = {info.path for info in infos}
+        for path in [p for p in self._is_fence if p not in listed]:
+            del self._is_fence[path]
         found: Generations = {}
         for info in infos:
             match = _ENTRY_NAME.match(info.path[len(self._prefix) + 1:])
@@ -194,13 +199,15 @@ class CommitLog:
                 found.setdefault(int(match[1]), []).append((int(match[2]), info))
         return {batch: sorted(gens, key=lambda g: g[0]) for batch, gens in sorted(found.items())}
 
-    def batch_ids(self) -> list[int]:
-        """Committed batches: those holding an entry (fences alone do not make a batch)."""
-        generations = self.generations()
+    def batch_ids(self, generations: Generations | None = None) -> list[int]:
+        """Committed batches: those holding an entry (fences alone do not make a batch).
+        `generations`: a listing just made (`generations()`), to spare another."""
+        generations = self.generations() if generations is None else generations
         return [b for b, gens in generations.items() if self._entry_of(gens) is not None]
 
-    def read(self, batch_id: int) -> CommitEntry:
-        found = self._entry_of(self.generations().get(batch_id, []))
+    def read(self, batch_id: int, generations: Generations | None = None) -> CommitEntry:
+        generations = self.generations() if generations is None else generations
+        found = self._entry_of(generations.get(batch_id, []))
         if found is None:
             raise CommitLogError(f"no commit log entry for batch {batch_id} under "
                                  f"{self._prefix!r}")

@@ -176,11 +176,19 @@ class StatefulOperator:
         self.settings = settings
         self.location = spec.location
         self._batches_since_cleanup = 0
+        self._commit_log: CommitLog | None = None
+        self._commit_log_storage: Any = None
+        self._input_schemas: dict[tuple[str, str], Any] = {}
         self.chained = tuple(ChainedOperator(self, link, position)
                              for position, link in enumerate(spec.chain, start=1))
         # the chained steps' state is checked against the newest commit once, before the
         # first batch (driver/state_schemas.py)
         self._chain_checked = not self.chained
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without its storage client (Spark Connect ships foreachBatch to a server
+        process): the commit log is opened again where it runs."""
+        return {**self.__dict__, "_commit_log": None, "_commit_log_storage": None}
 
     @property
     def operator_names(self) -> tuple[str, ...]:
@@ -194,14 +202,21 @@ class StatefulOperator:
         return backend.context(self.location).storage
 
     def commit_log(self) -> CommitLog:
-        return CommitLog(self._storage())
+        """The query's commit log, one object for every batch: what it learned of the
+        records (entry or fence: they never change) spares reading each retained entry again
+        in every batch."""
+        storage = self._storage()
+        if self._commit_log is None or self._commit_log_storage is not storage:
+            self._commit_log, self._commit_log_storage = CommitLog(storage), storage
+        return self._commit_log
 
     # --- one batch ---------------------------------------------------------------------------
 
     def base_for(self, batch_id: int) -> BatchBase:
         """The entry `batch_id` builds on; a re-executed batch builds on the one before it."""
         log = self.commit_log()
-        batches = log.batch_ids()
+        listed = log.generations()  # one listing for the whole look-up
+        batches = log.batch_ids(listed)
         later = [b for b in batches if b > batch_id]
         if later:
             raise CommitValidationError(
@@ -217,7 +232,7 @@ class StatefulOperator:
                 f"the commit log under {self.location!r} ends at batch {previous}, but the "
                 f"engine runs batch {batch_id}: batches {previous + 1}..{batch_id - 1} were "
                 f"never committed here, their state changes would be lost")
-        return BatchBase(previous, log.read(previous), rerun=batch_id in batches)
+        return BatchBase(previous, log.read(previous, listed), rerun=batch_id in batches)
 
     def num_partitions(self, base: BatchBase, spark: Any) -> int:
         """The partition count this batch runs with: as asked (builder, then
@@ -299,7 +314,7 @@ class StatefulOperator:
             source = self.spec.initial_state.combine(df, self.spec.key_columns)
         keyed = routed(source, self.spec.key_columns, n, key_groups)
         clock = BatchClock.for_batch(self.spec.time, base.entry, self._batch_time(base, batch_id))
-        plan = self._task_plan(keyed, batch_id, n, base, clock, key_types, key_groups)
+        plan = self._task_plan(keyed, batch_id, n, base, clock, key_types, key_groups, source)
         result = run_stage(keyed, plan, self.spec.processor, self.spec.output_schema,
                            self.settings.query.output_mode, batch_id, base, clock, key_types,
                            started)
@@ -358,15 +373,16 @@ class StatefulOperator:
 
     def _task_plan(self, keyed: Any, batch_id: int, n: int, base: BatchBase,
                    clock: BatchClock, key_types: list[str] | None = None,
-                   key_groups: int = KEY_GROUPS) -> TaskPlan:
+                   key_groups: int = KEY_GROUPS, source: Any = None) -> TaskPlan:
         """What every task of the batch gets: plain data, shipped inside the task closure."""
         zone = keyed.sparkSession.conf.get("spark.sql.session.timeZone")  # Arrow's timestamps
         checked = self.spec.output_event_time if clock.event_time else None
+        input_schema = self._input_schema(keyed, zone, source)
         return TaskPlan(
             location=self.location, operator=self.spec.name, num_partitions=n,
             batch_id=batch_id, now_ms=clock.now_ms,
             key_columns=self.spec.key_columns, settings=self.settings.backend_settings,
-            input_schema=arrow_schema(keyed.schema, zone),
+            input_schema=input_schema,
             output_schema=arrow_schema(self.spec.output_schema, zone),
             bases={p: info.to_dict() for p, info in base.infos(self.spec.name).items()},
             time_mode=clock.mode, watermark_ms=clock.watermark_ms,
@@ -377,6 +393,18 @@ class StatefulOperator:
             key_types=tuple(key_types or ()), key_groups=key_groups,
             output_event_time=checked,
             output_late_ms=clock.previous_watermark_ms if checked else None)
+
+    def _input_schema(self, keyed: Any, zone: str, source: Any) -> Any:
+        """The tasks' Arrow input schema. `keyed` adds the same two columns to `source` in
+        every batch, so it is asked of Spark (a round trip and the schema's JSON) only when the
+        batch's `source` schema or time zone is new; `source` None: always asked."""
+        if source is None:
+            return arrow_schema(keyed.schema, zone)
+        key = (source.schema.json(), zone)
+        if key not in self._input_schemas:
+            self._input_schemas.clear()  # the newest only
+            self._input_schemas[key] = arrow_schema(keyed.schema, zone)
+        return self._input_schemas[key]
 
     def release(self, result: StageResult) -> None:
         """Let go of a batch's output once the batch is done (committed or given up): the

@@ -85,19 +85,27 @@ def _ensure_visible() -> None:
 def with_state_progress(df: Any, location: str, operator: str,
                         settings: Mapping[str, str]) -> Any:
     """`df` with the dstl-progress branch whose observed metrics Spark puts in every progress
-    report; the rows and columns of `df` are unchanged (a left join on false)."""
+    report; the rows and columns of `df` are unchanged.
+
+    The branch is cross-joined to `df` as a nested loop join over shuffled-free partitions
+    (Spark's CartesianProduct, not a broadcast): its one row (the source yields exactly one)
+    is read inside each task that reads an input partition, so the read and the observation
+    run inside the batch's own job. A broadcast would run the branch as a Spark job of its
+    own before the batch's, and so would any exchange in the branch (adaptive execution plans
+    each exchange of a streaming batch as a job of its own)."""
     from pyspark.sql import functions as F
 
     spark = df.sparkSession
     spark.dataSource.register(DstlProgressSource)
     metrics = (spark.read.format(SOURCE_NAME).option("operatorName", operator)
                .option("settings", json.dumps(dict(settings))).load(location))
+    # read once per input partition: aggregates that give the same answer for every copy
     observed = metrics.observe(
         OBSERVATION,
         F.max("__dstl_batch").alias("batch_id"),
-        F.map_from_entries(F.collect_list(F.struct("__dstl_metric", "__dstl_value")))
-        .alias("metrics"))
-    joined = df.join(F.broadcast(observed), F.lit(False), "left")
+        F.coalesce(F.first("__dstl_metrics", ignorenulls=True),
+                   F.create_map().cast("map<string,double>")).alias("metrics"))
+    joined = df.crossJoin(observed.hint("shuffle_replicate_nl"))
     return joined.drop(*METRIC_COLUMNS)  # by name: a column of df may have a dot in its name
 
 

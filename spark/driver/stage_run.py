@@ -193,15 +193,25 @@ def routed(source: Any, key_columns: tuple[str, ...], n: int, key_groups: int) -
     partition (PARTITION_COLUMN, the group's owner: group * n div G), repartitioned so that
     every row lands in exactly that partition: repartition(n, e) sends a row to
     pmod(hash(e), n), so e is a long chosen per partition to hash there (routing_longs)."""
+    group, partition, route = _routing(tuple(key_columns), n, key_groups,
+                                       getattr(source.sparkSession, "_sc", None))
+    return (source.withColumns({GROUP_COLUMN: group, PARTITION_COLUMN: partition})
+            .repartition(n, route))
+
+
+@functools.lru_cache(maxsize=32)
+def _routing(key_columns: tuple[str, ...], n: int, key_groups: int,
+             context: Any) -> tuple[Any, Any, Any]:
+    """The routing expressions, built once per (keys, n, G) and Spark context (`context`:
+    None on Spark Connect, whose columns hold no JVM object): each function call below is a
+    round trip to the JVM, about 15 per batch otherwise."""
     from pyspark.sql import functions as F
 
-    # as few calls to the JVM as the expressions allow: each costs the driver time per batch
     group = F.pmod(F.hash(*[F.col(name) for name in key_columns]), F.lit(key_groups))
     partition = F.expr(f"CAST((`{GROUP_COLUMN}` * {n}) div {key_groups} AS INT)")
     routes = ", ".join(f"CAST({value} AS BIGINT)" for value in routing_longs(n))
     route = F.expr(f"element_at(array({routes}), `{PARTITION_COLUMN}` + 1)")
-    return (source.withColumns({GROUP_COLUMN: group, PARTITION_COLUMN: partition})
-            .repartition(n, route))
+    return group, partition, route
 
 
 def never_pruned(frame: Any) -> Any:

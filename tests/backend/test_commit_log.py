@@ -98,6 +98,41 @@ def test_one_batch_entry_costs_one_short_listing_and_one_read_on_s3(
         made.close()
 
 
+def test_a_log_kept_across_batches_reads_no_retained_entry_twice_on_s3(
+        s3: S3Env, tmp_path: Path) -> None:
+    """The driver keeps one log for a query: each batch's look-up of the batch before costs
+    one listing and no reads of the entries it has already seen."""
+    made = s3_env(s3, tmp_path)
+    try:
+        log = made.commit_log()
+        for batch_id in range(12):
+            log.write(batch_id, entry(batch_id))
+        kept = CommitLog(made.storage)
+        listed = kept.generations()
+        assert kept.batch_ids(listed) == list(range(12))
+        log.write(12, entry(12))
+        s3.proxy.reset_log()
+        listed = kept.generations()
+        assert kept.batch_ids(listed) == list(range(13))
+        assert kept.read(12, listed).batch_id == 12
+        assert len(s3.proxy.records("GET", "list-type")) == 1
+        reads = [r.path for r in s3.proxy.records("GET") if "list-type" not in (r.query or "")]
+        assert len(reads) == 1 and reads[0].endswith(f"/{s3.prefix}/commits/12.0")
+    finally:
+        made.close()
+
+
+def test_a_kept_log_forgets_the_records_cleanup_deleted(env: BackendEnv) -> None:  # noqa: F811
+    log = env.commit_log()
+    for batch_id in range(3):
+        log.write(batch_id, entry(batch_id))
+    kept = CommitLog(env.storage)
+    assert kept.batch_ids() == [0, 1, 2]
+    env.storage.delete_many([info.path for info in log.obsolete(2)])
+    assert kept.batch_ids() == [2]
+    assert kept.read(2).batch_id == 2
+
+
 def test_a_damaged_entry_is_reported_with_its_path(env: BackendEnv) -> None:  # noqa: F811
     log = env.commit_log()
     path = log.write(0, entry(0))

@@ -67,6 +67,18 @@ def test_observed_metrics_are_switched_off_by_one_setting(spark: Any, tmp_path: 
     assert len(stream.progress) == 2 and stream.progress[1].metrics["input_rows"] == 60
 
 
+def test_the_state_metrics_in_spark_progress_cost_no_spark_job_of_their_own(
+        spark: Any, tmp_path: Path) -> None:
+    tracker = spark.sparkContext.statusTracker()
+    jobs = {}
+    for observed in ("true", "false"):
+        _, query = run_query(spark, tmp_path / observed, batches=3,
+                             settings={"query.observedMetrics": observed})
+        jobs[observed] = len(tracker.getJobIdsForGroup(str(query.runId)))
+    assert jobs["false"] > 0
+    assert jobs["true"] == jobs["false"]
+
+
 def test_state_metrics_count_rows_keys_and_loads(spark: Any, tmp_path: Path) -> None:
     stream, _ = run_query(spark, tmp_path)
     first, second = stream.progress[0].metrics, stream.progress[1].metrics

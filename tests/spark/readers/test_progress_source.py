@@ -3,8 +3,18 @@ what reading it costs in the commit log."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
+from pyspark_dstl.backend.lineage.commit_entry import CommitEntry
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
-from pyspark_dstl.spark.readers.progress_source import newest_committed, running_batch
+from pyspark_dstl.spark.readers.progress_source import (
+    MetricsPartition,
+    MetricsReader,
+    newest_committed,
+    running_batch,
+)
 from tests.backend.test_commit_log import entry
 from tests.support.backend import BackendEnv, env  # noqa: F401 - fixture
 
@@ -41,3 +51,29 @@ def test_the_first_batch_of_an_empty_log_shows_nothing(env: BackendEnv) -> None:
 
 def test_the_driver_is_in_no_streaming_batch() -> None:
     assert running_batch() is None
+
+
+def read_rows(url: str) -> list[tuple[object, ...]]:
+    reader = MetricsReader({"path": url, "operatorName": "agg"})
+    return list(reader.read(MetricsPartition()))
+
+
+def test_the_read_yields_the_newest_batch_and_its_metrics_in_one_row(
+        env: BackendEnv) -> None:  # noqa: F811
+    log = env.commit_log()
+    for batch_id in range(2):
+        log.write(batch_id, CommitEntry(batch_id, entry(batch_id).operators,
+                                        extra={"metrics": {"input_rows": 10 + batch_id}}))
+    assert read_rows(env.url) == [(1, {"input_rows": 11.0})]
+
+
+def test_the_read_yields_one_empty_row_before_the_first_commit(tmp_path: Path) -> None:
+    """The branch is cross-joined to the query's input: without its one row, no input row
+    would reach the stateful stage."""
+    assert read_rows(tmp_path.as_uri()) == [(None, None)]
+
+
+def test_the_read_yields_one_empty_row_and_a_warning_when_the_storage_fails(
+        caplog: pytest.LogCaptureFixture) -> None:
+    assert read_rows("nosuchscheme://bucket/ckpt") == [(None, None)]
+    assert "cannot read the commit log" in caplog.text
