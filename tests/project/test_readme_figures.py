@@ -114,3 +114,14 @@ def test_the_native_figure_is_the_vectorized_ratio_at_the_1e6_key_shape(tmp_path
 def test_without_the_1e6_key_shape_the_native_figure_is_left_out(tmp_path: Path) -> None:
     paragraph = one_line(render_paragraph(load_results(results_with(tmp_path, "spark_e2e"))))
     assert "groupBy().count()" not in paragraph
+
+
+def test_the_switch_figure_is_the_pandas_and_row_ratio_at_the_20k_shape(tmp_path: Path) -> None:
+    data = json.loads((RESULTS_DIR / "spark_e2e_20k.json").read_text())
+    table = next(t for t in data["tables"] if t["title"].startswith("The same PySpark"))
+    ratio = table["headers"].index("rows/s ratio")
+    expected = [f"{row[ratio]:.1f}x" for row in table["rows"][:2]]
+    paragraph = one_line(render_paragraph(load_results(results_with(tmp_path, "spark_e2e_20k"))))
+    assert (f"moved by `install()` runs {expected[0]} (pandas) and {expected[1]} (Rows) the rows "
+            "per second of the same processor on Spark's own operator at 20,000 keys") \
+        in paragraph
