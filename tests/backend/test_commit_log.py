@@ -9,24 +9,14 @@ import pytest
 
 from pyspark_dstl.backend.backend_errors import CommitLogCorruptError, CommitLogError
 from pyspark_dstl.backend.lineage.commit_log import CommitEntry, CommitLog, OperatorCommit
-from pyspark_dstl.backend.lineage.store_commit import StoreCommit
-from pyspark_dstl.changelog.changelog_handle import ChangelogHandle, Segment
-from tests.support.backend import BackendEnv, env, s3_env  # noqa: F401 - fixture
+from tests.support.backend import (  # noqa: F401 - fixture
+    BackendEnv,
+    entry,
+    env,
+    info_of,
+    s3_env,
+)
 from tests.support.moto_server import S3Env
-
-
-def info_of(partition: int, version: int, unique_id: str) -> StoreCommit:
-    store_id = f"agg/{partition}"
-    path = f"state/{store_id}/{version}_{unique_id}.changelog"
-    handle = ChangelogHandle.of(store_id, 0, 1, [Segment(0, 1, path, 120, 40, (partition,))])
-    return StoreCommit(store_id, version, unique_id, None if version == 1 else "base",
-                          handle, None, tuple((v, unique_id if v == version else "base")
-                                              for v in range(1, version + 1)))
-
-
-def entry(batch_id: int, unique_id: str = "aaaa", **extra: str) -> CommitEntry:
-    stores = {p: info_of(p, batch_id + 1, unique_id) for p in (0, 1)}
-    return CommitEntry(batch_id, {"agg": OperatorCommit(2, stores)}, extra=extra)
 
 
 def test_an_entry_reads_back_with_its_checkpoint_infos(env: BackendEnv) -> None:  # noqa: F811

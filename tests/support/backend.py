@@ -17,8 +17,10 @@ import pytest
 from pyspark_dstl.backend.backend_settings import BackendSettings, FencingSettings
 from pyspark_dstl.backend.fencing.lease import CheckpointLease, acquire
 from pyspark_dstl.backend.lineage.commit_log import CommitEntry, CommitLog, OperatorCommit
+from pyspark_dstl.backend.lineage.store_commit import StoreCommit
 from pyspark_dstl.backend.store.api import StateStore, StateStoreProvider
 from pyspark_dstl.backend.store.state_backend import StateBackend
+from pyspark_dstl.changelog.changelog_handle import ChangelogHandle, Segment
 from pyspark_dstl.changelog.changelog_service import ChangelogService
 from pyspark_dstl.changelog.changelog_settings import ChangelogSettings
 from pyspark_dstl.materializer.materializer_settings import MaterializerSettings
@@ -159,3 +161,21 @@ def apply(store: StateStore, model: dict[bytes, bytes],
 def entry_of(batch_id: int, *infos: Any, partitions: int = 1) -> CommitEntry:
     stores = {int(info.store_id.rsplit("/", 1)[1]): info for info in infos}
     return CommitEntry(batch_id, {OPERATOR: OperatorCommit(partitions, stores)})
+
+
+def info_of(partition: int, version: int, unique_id: str) -> StoreCommit:
+    """A store commit of operator "agg", partition `partition`, at `version`: one changelog
+    segment, its lineage back to version 1 (commit-log tests)."""
+    store_id = f"agg/{partition}"
+    path = f"state/{store_id}/{version}_{unique_id}.changelog"
+    handle = ChangelogHandle.of(store_id, 0, 1, [Segment(0, 1, path, 120, 40, (partition,))])
+    return StoreCommit(store_id, version, unique_id, None if version == 1 else "base",
+                          handle, None, tuple((v, unique_id if v == version else "base")
+                                              for v in range(1, version + 1)))
+
+
+def entry(batch_id: int, unique_id: str = "aaaa", **extra: str) -> CommitEntry:
+    """Batch `batch_id`'s entry: operator "agg" over 2 partitions, both at version
+    batch_id + 1."""
+    stores = {p: info_of(p, batch_id + 1, unique_id) for p in (0, 1)}
+    return CommitEntry(batch_id, {"agg": OperatorCommit(2, stores)}, extra=extra)

@@ -8,8 +8,7 @@ from pathlib import Path
 
 from pyspark_dstl.spark.driver.operator import OperatorSpec, StatefulOperator
 from pyspark_dstl.spark.query_settings import DstlSettings
-from tests.backend.test_commit_log import entry
-from tests.support.backend import s3_env
+from tests.support.backend import entry, s3_env
 from tests.support.moto_server import S3Env
 from tests.support.spark import CountProcessor
 

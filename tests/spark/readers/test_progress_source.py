@@ -15,8 +15,7 @@ from pyspark_dstl.spark.readers.progress_source import (
     newest_committed,
     running_batch,
 )
-from tests.backend.test_commit_log import entry
-from tests.support.backend import BackendEnv, env  # noqa: F401 - fixture
+from tests.support.backend import BackendEnv, entry, env  # noqa: F401 - fixture
 
 
 def test_batch_n_shows_the_entry_of_batch_n_minus_one(env: BackendEnv) -> None:  # noqa: F811

@@ -10,7 +10,7 @@ import pytest
 from pyspark_dstl.spark.spark_errors import CommitValidationError
 from pyspark_dstl.spark.stage.output_files import OutputPart
 from pyspark_dstl.spark.stage.report import TaskReport
-from tests.backend.test_commit_log import info_of
+from tests.support.backend import info_of
 
 
 def report(**changes: object) -> TaskReport:
