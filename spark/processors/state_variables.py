@@ -118,18 +118,13 @@ class ValueState(_StateVariable):
         return True, value
 
     def get(self, default: Any = None) -> Any:
-        # _lookup's steps inline: this runs once per key of a batch
-        key = self._context.current
-        if key is None:
-            key = self._context.require_current(self.name)
-        prefetched = self._prefetched
-        raw: Any = _MISSING if prefetched is None else prefetched.get(key, _MISSING)
-        if raw is _MISSING:
-            raw = self._raw(key)
+        # _lookup's steps inline, the stored bytes from raw(): this runs once per key of a batch
+        raw = self.raw()
         if raw is None:
             return default
         alive, value = decode_value(raw, self._context.now_ms, self.name)
         if not alive:
+            key = self._context.require_current(self.name)
             self._store.remove(key, self.cf)
             self._remember(key, None)
             return default
