@@ -10,7 +10,8 @@ and, into Spark's file sink, delivers every change exactly once whichever query 
 reads only what commit entries name (change_feed.py), and only batches the producer can no
 longer re-execute: the newest committed batch waits until Spark's engine of the producer has
 committed it too (its `commits/<batch>` under the producer's engine checkpoint), since a
-producer restarted before that runs the batch again and commits it anew.
+producer restarted before that runs the batch again and commits it anew. Under availableNow
+it reads what was settled when the consuming query started (SupportsTriggerAvailableNow).
 
 The feed records its position in the producer's location (backend/ops/feed_holds.py) when
 it starts and after each consumer batch, so the producer's cleanup keeps the batches it still
@@ -23,7 +24,7 @@ key holding its new list (a sink that does not keep row order then keeps lists w
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -38,6 +39,7 @@ from pyspark_dstl.backend.ops.feed_holds import (
 )
 from pyspark_dstl.changelog.changelog_errors import ChangelogError
 from pyspark_dstl.changelog.changelog_service import ChangelogService
+from pyspark_dstl.spark.pyspark_versions import available_now_mixin
 from pyspark_dstl.spark.readers import statestore_options as names
 from pyspark_dstl.spark.readers.change_feed import (
     ChangeFeedError,
@@ -49,6 +51,11 @@ from pyspark_dstl.spark.readers.state_location import RETENTION_KEY, StateLocati
 from pyspark_dstl.spark.readers.statestore import read_target, settings_of
 from pyspark_dstl.spark.readers.statestore_options import StateSourceOptions
 from pyspark_dstl.spark.readers.statestore_schema import LIST, state_schema
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow as AvailableNowMixin
+else:  # PySpark 4.2+; before, Spark wraps the source only when its setting says so
+    AvailableNowMixin = available_now_mixin()
 
 SOURCE_NAME = "dstl-changes"
 FEED_NAME = "feedName"
@@ -130,8 +137,13 @@ class FeedPlan:
         self.engine_url = state_url(engine) if engine else self.url.rstrip("/") + "/engine"
 
 
-class ChangeStreamReader(DataSourceStreamReader):
-    """Offsets are {"batch": b}: the next producer batch to read."""
+class ChangeStreamReader(DataSourceStreamReader, AvailableNowMixin):
+    """Offsets are {"batch": b}: the next producer batch to read.
+
+    Under availableNow the feed reads up to the producer batches settled when the query
+    started (its target), in as many batches as Spark runs, also when a restart first runs an
+    unfinished batch again: Spark runs a source that does not say it supports availableNow as
+    one batch, which after such a restart is that unfinished batch alone."""
 
     def __init__(self, options: Mapping[str, Any]) -> None:
         self.plan = FeedPlan(options)
@@ -140,6 +152,7 @@ class ChangeStreamReader(DataSourceStreamReader):
         # the end of the last range handed out, where the next one starts: the start for a
         # new query (initialOffset), else the feed's recorded position (its last commit)
         self._latest: int | None = None
+        self._target: int | None = None  # availableNow: the end it stops at
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -162,8 +175,24 @@ class ChangeStreamReader(DataSourceStreamReader):
         self._latest = start
         return {"batch": start}
 
-    def latestOffset(self) -> dict[str, int]:  # type: ignore[override]
-        """PySpark 4.0's signature, which 4.2+ still calls (without a read limit)."""
+    def latestOffset(self, start: dict[str, int] | None = None,
+                     limit: Any = None) -> dict[str, int]:
+        """The end of the settled batches, at most the availableNow target. PySpark 4.0 and
+        4.1 call it without arguments, 4.2+ with the start offset and Spark's read limit
+        (the feed reads all that is settled, whatever the limit)."""
+        latest = self._settled_end()
+        if self._target is not None:
+            latest = min(latest, self._target)
+            if start is not None:
+                latest = max(latest, int(start["batch"]))
+        return {"batch": latest}
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._settled_end()
+
+    def _settled_end(self) -> int:
+        """One past the newest producer batch it can no longer re-execute (at least the
+        feed's recorded position)."""
         if self._latest is None:
             recorded = feed_positions(self.location.storage).get(self.plan.feed)
             self._latest = self.plan.start if recorded is None else recorded
@@ -172,7 +201,7 @@ class ChangeStreamReader(DataSourceStreamReader):
             newest = batches[-1]
             settled = newest if self._engine_committed(newest) else newest - 1
             self._latest = max(self._latest, settled + 1)
-        return {"batch": self._latest}
+        return self._latest
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
         first, last = int(start["batch"]), int(end["batch"]) - 1

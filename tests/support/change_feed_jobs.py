@@ -101,15 +101,19 @@ def run_producer(spark: Any, inputs: Path, location: Path,
 
 
 def run_consumer(spark: Any, location: Path, checkpoint: Path,
-                 batches: dict[int, list[Any]], **options: Any) -> None:
+                 batches: dict[int, list[Any]], fail_at: int | None = None,
+                 **options: Any) -> None:
     """The feed of the `items` variable into a sink that keeps each consumer batch's rows (a
-    replay replaces), trigger availableNow, in this process."""
+    replay replaces), trigger availableNow, in this process. `fail_at`: the sink fails that
+    consumer batch (after its offsets are logged, before its commit), and the query with it."""
     reader = (spark.readStream.format("dstl-changes").option("stateVarName", "items")
               .option("feedName", FEED_NAME))
     for key, value in options.items():
         reader = reader.option(key, value)
 
     def keep(df: Any, batch_id: int) -> None:
+        if batch_id == fail_at:
+            raise RuntimeError(f"the sink fails consumer batch {batch_id}")
         batches[batch_id] = [plain(row) for row in df.collect()]
 
     query = (reader.load(str(location)).writeStream.foreachBatch(keep)

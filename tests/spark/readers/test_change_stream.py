@@ -13,6 +13,7 @@ import pytest
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
 from pyspark_dstl.backend.ops.feed_holds import feed_positions
 from pyspark_dstl.changelog.changelog_service import ChangelogService
+from pyspark_dstl.spark.pyspark_versions import python_sources_run_available_now
 from pyspark_dstl.spark.readers.change_feed import ChangeFeedError
 from pyspark_dstl.spark.readers.change_stream import ChangeStreamReader
 from tests.support.change_feed_jobs import (
@@ -26,9 +27,11 @@ from tests.support.change_feed_jobs import (
 )
 from tests.support.compat_runs import write_inputs
 from tests.support.state_data import plain
+from tests.support.tws_compare import session_conf
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
+AVAILABLE_NOW_WRAPPER = "spark.sql.streaming.triggerAvailableNowWrapper.enabled"
 
 
 def change_feed(spark: Any, location: Path, start: int = 0) -> list[Any]:
@@ -68,6 +71,34 @@ def test_a_restarted_feed_resumes_where_its_checkpoint_stopped(
     assert {row["batch_id"] for row in everything(first)} == {0, 1, 2}
     assert {row["batch_id"] for row in everything(second)} == {3, 4, 5}
     assert everything(first) + everything(second) == change_feed(spark, tmp_path / "ckpt")
+
+
+@pytest.mark.version
+def test_an_available_now_run_after_an_unfinished_batch_reads_up_to_the_newest_batch(
+        spark: Any, tmp_path: Path, frames: list[Any]) -> None:
+    # before 4.2 Spark runs a Python source under availableNow as one batch unless its wrapper
+    # setting is on (docs/state-data.md says so); 4.2+ asks the source itself
+    wrapper = {} if python_sources_run_available_now(spark) else {AVAILABLE_NOW_WRAPPER: "true"}
+    with session_conf(spark, wrapper):
+        read_on_after_an_unfinished_batch(spark, tmp_path, frames)
+
+
+def read_on_after_an_unfinished_batch(spark: Any, tmp_path: Path, frames: list[Any]) -> None:
+    write_inputs(tmp_path / "in", frames[:2])
+    run_producer(spark, tmp_path / "in", tmp_path / "ckpt")
+    batches: dict[int, list[Any]] = {}
+    run_consumer(spark, tmp_path / "ckpt", tmp_path / "feed", batches)
+    write_inputs(tmp_path / "in", frames[2:4], start=2)
+    run_producer(spark, tmp_path / "in", tmp_path / "ckpt")
+    with pytest.raises(Exception, match="the sink fails consumer batch 1"):
+        run_consumer(spark, tmp_path / "ckpt", tmp_path / "feed", batches, fail_at=1)
+    write_inputs(tmp_path / "in", frames[4:], start=4)
+    run_producer(spark, tmp_path / "in", tmp_path / "ckpt")
+    # Spark runs the unfinished consumer batch (producer batches 2-3) again, then goes on
+    run_consumer(spark, tmp_path / "ckpt", tmp_path / "feed", batches)
+    assert sorted(batches) == [0, 1, 2]
+    assert {row["batch_id"] for row in batches[2]} == {4, 5}
+    assert everything(batches) == change_feed(spark, tmp_path / "ckpt")
 
 
 def test_the_mirror_of_the_feed_equals_the_state_readers_view(
