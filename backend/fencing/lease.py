@@ -195,6 +195,8 @@ class CheckpointLease:
                 except (LoopClosedError, RuntimeError):
                     return  # its storage closed, or the interpreter is shutting down
                 except (BackendError, ChangelogError) as exc:
+                    if not threading.main_thread().is_alive():
+                        return  # the interpreter is exiting and has shut its threads down
                     log.warning("checkpoint %s: lease renewal of %s failed, trying again: %s",
                                 self.url, self.describe(), exc)
 

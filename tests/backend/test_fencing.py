@@ -9,6 +9,8 @@ from __future__ import annotations
 import io
 import json
 import re
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,6 +30,7 @@ from pyspark_dstl.backend.lineage.commit_log import CommitEntry, CommitLog
 from pyspark_dstl.backend.ops.cleanup import cleanup_checkpoint
 from pyspark_dstl.cli import main
 from tests.support.backend import BackendEnv, apply, entry_of, env  # noqa: F401 - fixture
+from tests.support.paths import REPO_ROOT
 
 LEASE = FencingSettings(lease_duration=1.0)
 
@@ -196,6 +199,16 @@ def test_an_idle_run_of_this_process_is_let_go_and_a_busy_one_refuses(
     with pytest.raises(FencedError, match="let go of it"):
         first.check("commit")
     second.release()
+
+
+def test_a_process_exiting_with_its_lease_held_renews_no_more_and_logs_nothing(
+        tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "tests.support.lease_exit_job",
+                           (tmp_path / "ckpt").as_uri()], cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "holding the lease" in done.stdout
+    assert done.stderr == ""
 
 
 def test_a_damaged_epoch_file_is_reported_with_its_name(env: BackendEnv) -> None:  # noqa: F811
