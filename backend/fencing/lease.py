@@ -195,8 +195,8 @@ class CheckpointLease:
                 except (LoopClosedError, RuntimeError):
                     return  # its storage closed, or the interpreter is shutting down
                 except (BackendError, ChangelogError) as exc:
-                    if not threading.main_thread().is_alive():
-                        return  # the interpreter is exiting and has shut its threads down
+                    if _refused_at_exit(exc):
+                        return
                     log.warning("checkpoint %s: lease renewal of %s failed, trying again: %s",
                                 self.url, self.describe(), exc)
 
@@ -245,6 +245,22 @@ class CheckpointLease:
         if state != HELD:
             self._stop.set()
             _forget(self)
+
+
+def _refused_at_exit(exc: BaseException) -> bool:
+    """Whether a renewal failed because the process is exiting: its main thread has ended, or
+    the storage's thread pool refused the work (a RuntimeError beneath the storage error, as
+    Python's thread pools raise once the interpreter's shutdown has begun)."""
+    if not threading.main_thread().is_alive():
+        return True
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, RuntimeError):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
 
 
 # --- taking a location ---------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import atexit
 import logging
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from pyspark_dstl.backend.backend_settings import FencingSettings
 from pyspark_dstl.backend.fencing.lease import acquire
@@ -24,6 +25,8 @@ def main(url: str) -> None:
     storage = ChangelogService(url, ChangelogSettings())
     acquire(storage, LEASE)
     atexit.register(time.sleep, 1.0)  # renewals fall due after Python shut its threads down
+    # ... and while it waits for a busy thread pool at exit, before the main thread has ended
+    ThreadPoolExecutor(1).submit(time.sleep, 1.0)
     print("holding the lease", flush=True)
 
 
