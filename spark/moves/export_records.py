@@ -66,6 +66,7 @@ RECORD_COLUMNS = (f"{VARIABLE} INT, {POSITION} INT, {VALUE} BINARY, {MAP_KEY} BI
                   f"{EXPIRY} LONG, {TIMER} LONG, {WRITE_TIME} LONG")
 RECORD_NAMES = (VARIABLE, POSITION, VALUE, MAP_KEY, EXPIRY, TIMER, WRITE_TIME)
 TIMER_RECORD = -1
+CHAINED_RECORD = -2  # an entry of a chained step: POSITION its step, VALUE, MAP_KEY raw
 NO_STAGE = -1
 
 
@@ -76,10 +77,11 @@ def record_schema(key_columns: list[tuple[str, str]]) -> str:
 
 
 class ExportPartition(InputPartition):
-    def __init__(self, partition: int, info: str) -> None:
+    def __init__(self, partition: int, info: str, step: int = 0) -> None:
         super().__init__(partition)
         self.partition = partition
         self.info = info  # the store's StoreCommit, JSON
+        self.step = step  # 0: the first step's store; n: the store of chained step n
 
 
 class ExportRecordsSource(DataSource):
@@ -111,12 +113,17 @@ class ExportReader(DataSourceReader):
                                                    json.loads(stages).items()}
 
     def partitions(self) -> list[InputPartition]:
-        return [ExportPartition(int(p), json.dumps(info))
-                for p, info in sorted(self.plan["stores"].items(), key=lambda i: int(i[0]))]
+        stores = [(0, info) for _, info in sorted(self.plan["stores"].items(),
+                                                   key=lambda i: int(i[0]))]
+        for chained in self.plan.get("chained") or []:
+            stores += [(int(chained["position"]), info) for _, info in
+                       sorted(chained["stores"].items(), key=lambda i: int(i[0]))]
+        return [ExportPartition(number, json.dumps(info), step)
+                for number, (step, info) in enumerate(stores)]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         assert isinstance(partition, ExportPartition)
-        yield from records_of_store(self.url, self.plan, partition.info, self.stages, None)
+        yield from records_of_partition(self.url, self.plan, partition, self.stages, None)
 
 
 class ExportStreamReader(DataSourceStreamReader):
@@ -138,22 +145,59 @@ class ExportStreamReader(DataSourceStreamReader):
         stage = int(end["stage"])
         if int(start["stage"]) != stage - 1:
             raise ValueError(f"dstl-export: stages {start} to {end}: one stage per batch")
-        return [StagePartition(p.partition, p.info, stage)  # type: ignore[attr-defined]
+        return [StagePartition(p.partition, p.info, stage, p.step)  # type: ignore[attr-defined]
                 for p in self.batch.partitions()]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         assert isinstance(partition, StagePartition)
-        yield from records_of_store(self.batch.url, self.batch.plan, partition.info,
-                                    self.batch.stages, partition.stage)
+        yield from records_of_partition(self.batch.url, self.batch.plan, partition,
+                                        self.batch.stages, partition.stage)
 
     def commit(self, end: dict[str, int]) -> None:
         pass
 
 
 class StagePartition(ExportPartition):
-    def __init__(self, partition: int, info: str, stage: int) -> None:
-        super().__init__(partition, info)
+    def __init__(self, partition: int, info: str, stage: int, step: int = 0) -> None:
+        super().__init__(partition, info, step)
         self.stage = stage
+
+
+def records_of_partition(url: str, plan: Mapping[str, Any], partition: ExportPartition,
+                         stages: Mapping[int, int] | None, stage: int | None
+                         ) -> Iterator[tuple[Any, ...]]:
+    if partition.step == 0:
+        yield from records_of_store(url, plan, partition.info, stages, stage)
+    elif stage is None or stage == 0:  # a chained step's entries: the first stage
+        yield from chained_records(url, plan, partition.info, partition.step)
+
+
+def chained_records(url: str, plan: Mapping[str, Any], info_json: str, step: int
+                    ) -> Iterator[tuple[Any, ...]]:
+    """Every stored entry of a chained step's store (its timers left out: Spark's operators
+    of those steps evict by the watermark), as (key bytes, value bytes) in a record of kind
+    CHAINED_RECORD; the export's writer decodes them (chain_export.py)."""
+    info = StoreCommit.from_dict(json.loads(info_json))
+    operator, number = split_store_id(info.store_id)
+    width = len(plan["key_columns"])
+    rows: list[tuple[Any, ...]] = []
+    scratch = tempfile.mkdtemp(prefix="dstl-export-")
+    settings = {**plan["settings"], "spark.dstl.stateStore.localDir": scratch}
+    try:
+        with StateBackend(BackendSettings.from_mapping(settings)) as backend:
+            store = backend.provider(url, operator, number).get_store(info.version, info)
+            try:
+                for cf in store.column_families():
+                    if not cf.startswith("value/"):
+                        continue
+                    for key, raw in store.iterator(cf):
+                        rows.append((*([None] * width), CHAINED_RECORD, step, bytes(raw),
+                                     bytes(key), None, None, None))
+            finally:
+                store.abort()
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    yield from rows
 
 
 def write_time(expiry: int | None, ttl_ms: int | None, now_ms: int

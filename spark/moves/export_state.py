@@ -41,11 +41,6 @@ from pyspark_dstl.backend.fencing.lease import acquire
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
 from pyspark_dstl.backend.lineage.schema_records import history_at
 from pyspark_dstl.backend.rescale.key_groups import key_groups_in
-from pyspark_dstl.spark.chain.links import (
-    AGGREGATIONS,
-    DEDUPLICATE,
-    DEDUPLICATE_WITHIN_WATERMARK,
-)
 from pyspark_dstl.spark.codec.schema_history import canonical_schema
 from pyspark_dstl.spark.driver.ownership import (
     DONE,
@@ -63,6 +58,15 @@ from pyspark_dstl.spark.driver.ownership import (
 )
 from pyspark_dstl.spark.driver.rescale_query import KEY_TYPES
 from pyspark_dstl.spark.locations import default_engine_checkpoint, to_url
+from pyspark_dstl.spark.moves.chain_export import (
+    STEP,
+    ChainedExport,
+    ExportStateError,
+    plan_chain_export,
+    refuse_unstaged,
+    stage_step,
+    staging_fields,
+)
 from pyspark_dstl.spark.moves.export_records import (
     EXPIRY,
     RECORD_NAMES,
@@ -74,7 +78,7 @@ from pyspark_dstl.spark.moves.export_records import (
     ExportRecordsSource,
 )
 from pyspark_dstl.spark.moves.export_writer import StateWriter
-from pyspark_dstl.spark.moves.import_state import resolve_processor
+from pyspark_dstl.spark.moves.import_state import chain_of, resolve_processor
 from pyspark_dstl.spark.moves.spark_checkpoint import local_path
 from pyspark_dstl.spark.moves.spark_files import (
     pinned_conf,
@@ -82,11 +86,10 @@ from pyspark_dstl.spark.moves.spark_files import (
     place_operator_metadata,
     place_state,
 )
-from pyspark_dstl.spark.operator_list import query_operators
+from pyspark_dstl.spark.operator_list import QueryOperator, query_operators
 from pyspark_dstl.spark.processors.declarations import declaring_handle
 from pyspark_dstl.spark.pyspark_api.pyspark_state import CompatHandle, SchemaBook, ttl_ms_of
 from pyspark_dstl.spark.query_settings import QUERY_PREFIX, DstlSettings
-from pyspark_dstl.spark.spark_errors import MoveError
 from pyspark_dstl.spark.stage.open_stores import executor_stores
 from pyspark_dstl.spark.time.modes import PYSPARK_WORDS
 
@@ -98,11 +101,6 @@ PANDAS_ENTRY, ROWS_ENTRY = "transformWithStateInPandas", "transformWithState"
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 EVENT_COLUMN = "__dstl_export_event"
 OUTPUT = "exported long"
-
-
-class ExportStateError(MoveError):
-    """export-state cannot write a Spark checkpoint from this location as asked; the first line
-    names the location, the target or the state variable, and the fix."""
 
 
 @dataclass(frozen=True)
@@ -120,14 +118,17 @@ class ExportReport:
     held_expiries: int  # TTL'd records whose expiry changes (see export_records.py)
     entry: str  # the PySpark call the query makes
     output_mode: str  # its outputMode argument
+    chained: tuple[str, ...] = ()  # the chained steps exported, described
 
     def describe(self) -> str:
         held = (f"; {self.held_expiries} value(s) get another TTL expiry in Spark (their "
                 f"variable's TTL changed since they were written)"
                 if self.held_expiries else "")
+        steps = (f", and the chained steps ({'; '.join(self.chained)})" if self.chained
+                 else "")
         return (f"exported batch {self.batch_id}: {self.records} record(s) of "
                 f"{len(self.variables)} state variable(s) ({', '.join(self.variables) or '-'}) "
-                f"and timers, {self.partitions} state partitions, key "
+                f"and timers{steps}, {self.partitions} state partitions, key "
                 f"({', '.join(self.key_columns)}), time mode {self.time_mode}, written by "
                 f"{self.spark_batches} batch(es) of Spark's operator into "
                 f"{self.spark_checkpoint}; start the query with {self.entry}(..., "
@@ -180,6 +181,11 @@ class Source:
     batch_id: int
     entry: Any  # CommitEntry
     engine: Path
+    operators: tuple[QueryOperator, ...]  # the first step, then the chained steps
+
+    @property
+    def chained(self) -> tuple[QueryOperator, ...]:
+        return tuple(op for op in self.operators if op.position > 0)
 
     @property
     def time(self) -> Mapping[str, Any]:
@@ -193,14 +199,19 @@ class Source:
 def export_state(spark: Any, checkpoint_location: str, spark_checkpoint: str, processor: Any,
                  *, name: str | None = None, settings: Mapping[str, Any] | None = None,
                  engine_checkpoint: str | None = None, rows: bool | None = None,
-                 output_mode: str | None = None) -> ExportReport:
+                 output_mode: str | None = None, query: Any = None,
+                 query_output_mode: str = "append") -> ExportReport:
     """Write a Spark checkpoint at `spark_checkpoint` (a new directory) from which PySpark's
     own operator goes on with the location's next batch (module docstring). `processor`: the
     query's PySpark StatefulProcessor, an instance or "module:Class"; `rows`: the query calls
     transformWithState (Rows) rather than transformWithStateInPandas, `output_mode`: the
     call's outputMode, "Append" or "Update" (both by default as the location's commit entries
-    record them: Spark refuses a checkpoint whose operator was called otherwise)."""
+    record them: Spark refuses a checkpoint whose operator was called otherwise). A query
+    that chains stateful steps after its transformWithState exports their state too, given
+    as `query`: the chained DataFrame as written with the switch on (or the builder's
+    stream), and `query_output_mode`, its writeStream outputMode (chain_export.py)."""
     processor = resolve_processor(processor)
+    links = chain_of(query, query_output_mode)
     url = to_url(checkpoint_location)
     local_path(url, "checkpoint location", FIX)
     target = local_path(spark_checkpoint, "Spark checkpoint", FIX)
@@ -214,7 +225,8 @@ def export_state(spark: Any, checkpoint_location: str, spark_checkpoint: str, pr
     lease = acquire(storage, resolved.backend.fencing, purpose="export-state")
     try:
         source = _read_location(url, storage, resolved, engine_checkpoint)
-        report = _export(spark, source, processor, target, rows, output_mode, resumed)
+        report = _export(spark, source, processor, target, rows, output_mode, resumed,
+                         _chain_exports(source, links, query is not None))
     finally:
         lease.release("export-state finished")
     return report
@@ -261,7 +273,15 @@ def _read_location(url: str, storage: Any, settings: DstlSettings,
         raise ExportStateError(f"checkpoint location {display_location(url)!r}: batch "
                                f"{batch_id} has no operator {operator!r} (it has "
                                f"{sorted(entry.operators)}); give --name")
-    _refuse_chain(url, batch_id, entry)
+    operators = tuple(query_operators(entry))
+    first = next(op for op in operators if op.position == 0)
+    if operator != first.name:
+        raise ExportStateError(
+            f"checkpoint location {display_location(url)!r}: operator {operator!r} is step "
+            f"{next(op.position for op in operators if op.name == operator)} of batch "
+            f"{batch_id}'s chain, not its first stateful step: give the first step's name "
+            f"({first.name!r}); its export brings the chained steps along")
+    refuse_unstaged(f"checkpoint location {display_location(url)!r}", operators)
     engine_url = (engine_checkpoint or settings.query.engine_checkpoint_location
                   or default_engine_checkpoint(url))
     engine = local_path(engine_url, "engine checkpoint", FIX)
@@ -270,36 +290,32 @@ def _read_location(url: str, storage: Any, settings: DstlSettings,
             f"engine checkpoint {str(engine)!r} has no offset log entry of batch {batch_id}, "
             f"the location's last committed batch: give the query's engine checkpoint "
             f"(--engine-checkpoint)")
-    return Source(url, storage, settings, operator, batch_id, entry, engine)
+    return Source(url, storage, settings, operator, batch_id, entry, engine, operators)
 
 
-def _refuse_chain(url: str, batch_id: int, entry: Any) -> None:
-    """A query with stateful steps after its transformWithState is not exported at all,
-    whichever operator is named: Spark's own operators of those steps would resume without
-    their state. Each chained operator is named with why its state cannot go back."""
-    chained = [op for op in query_operators(entry) if op.position > 0]
-    if chained:
+def _chain_exports(source: Source, links: tuple[Any, ...], given: bool
+                   ) -> tuple[ChainedExport, ...]:
+    """The chained steps' exports, paired with the query's steps; a chained location without
+    the query is refused (the command line cannot build one)."""
+    where = f"checkpoint location {display_location(source.url)!r}"
+    if source.chained and not given:
         raise ExportStateError(
-            f"checkpoint location {display_location(url)!r}: batch {batch_id}'s query chains "
-            f"stateful steps after its transformWithState ("
-            + "; ".join(f"operator {op.name}: {op.label or op.kind} (Spark's operator "
-                        f"{op.spark_operator_id}), {_why_not_exported(op.kind)}"
-                        for op in chained)
-            + "); Spark's operators of the chained steps would resume without their state: "
-            "keep the query on this backend, or start it on PySpark's own operators from its "
-            "input")
-
-
-def _why_not_exported(kind: str) -> str:
-    """Why the state of a chained step of `kind` does not go back to Spark."""
-    if kind in AGGREGATIONS:
-        return ("Spark's aggregation state would have to be written by hand, which export-state "
-                "never does (Spark's operator writes it only from its own input rows)")
-    if kind in (DEDUPLICATE, DEDUPLICATE_WITHIN_WATERMARK):
-        return ("Spark's deduplication operator writes its seen keys only from rows it "
-                "deduplicates, and export-state stages the first transformWithState only")
-    return ("export-state stages the first transformWithState only; a chained one would need "
-            "a staging query of the whole chain under Spark's operator ids")
+            f"{where}: batch {source.batch_id}'s query chains stateful steps after its "
+            f"transformWithState ("
+            + "; ".join(f"{op.label or op.kind} as Spark's operator {op.spark_operator_id}"
+                        for op in source.chained)
+            + "): export it from Python with the chained query, export_state(..., "
+            "query=<the chained DataFrame as written with pyspark_dstl.install() on>, "
+            "query_output_mode=...)")
+    if not source.chained:
+        if links:
+            raise ExportStateError(
+                f"{where}: batch {source.batch_id}'s query chains no stateful step after its "
+                f"transformWithState, but the query given chains {len(links)}: give the query "
+                f"the location ran")
+        return ()
+    grouped = key_groups_in(source.entry.extra) is not None
+    return plan_chain_export(where, source.operators, links, grouped)
 
 
 def _declarations(processor: Any, source: Source) -> tuple[dict[str, Declared], SchemaBook]:
@@ -334,7 +350,8 @@ def _declarations(processor: Any, source: Source) -> tuple[dict[str, Declared], 
 
 
 def _export(spark: Any, source: Source, processor: Any, target: Path, rows: bool | None,
-            output_mode: str | None, resumed: MoveRecord | None) -> ExportReport:
+            output_mode: str | None, resumed: MoveRecord | None,
+            exports: tuple[ChainedExport, ...]) -> ExportReport:
     from pyspark.sql import functions as F
 
     declared, book = _declarations(processor, source)
@@ -358,7 +375,12 @@ def _export(spark: Any, source: Source, processor: Any, target: Path, rows: bool
             "history": None if history is None else history.to_dict(),
             "stores": {str(p): info.to_dict() for p, info in commit.stores.items()},
             "settings": source.settings.backend_settings,
-            "grouped": key_groups_in(source.entry.extra) is not None}
+            "grouped": key_groups_in(source.entry.extra) is not None,
+            "chained": [{"position": export.position,
+                         "stores": {str(p): info.to_dict() for p, info in
+                                    source.entry.operators[export.operator.name]
+                                    .stores.items()}}
+                        for export in exports]}
     spark.dataSource.register(ExportRecordsSource)
 
     def reader(**options: str) -> Any:
@@ -395,9 +417,11 @@ def _export(spark: Any, source: Source, processor: Any, target: Path, rows: bool
                              {n: declared[n].key_schema for n in names
                               if declared[n].kind == "map"}, entry_name == ROWS_ENTRY,
                              [*key_columns, *RECORD_NAMES,
-                              *([EVENT_COLUMN] if source.time_mode == "event_time" else [])])
+                              *([EVENT_COLUMN] if source.time_mode == "event_time" else [])],
+                             {export.position: export.stager for export in exports},
+                             [STEP, *(field.name for field in staging_fields(exports))])
         _run_staging(spark, source, writer, (entry_name, mode), key_columns, partitions,
-                     staging, json.dumps(plan), stages, stage_times)
+                     staging, json.dumps(plan), stages, stage_times, exports)
         kill_point("export_state_staged")
         assembled.mkdir(parents=True)
         time_extra = source.time
@@ -405,8 +429,12 @@ def _export(spark: Any, source: Source, processor: Any, target: Path, rows: bool
                    int(time_extra.get("watermark_ms", 0) or 0), now_ms,
                    int(time_extra.get("next_watermark_ms", 0) or 0))
         last_stage = len(stage_times)
-        place_state(staging, assembled, range(partitions), last_stage + 1, source.batch_id + 1)
-        place_operator_metadata(staging, assembled, target, last_stage, source.batch_id)
+        for operator in source.operators:  # Spark's ids: the same in both queries
+            number = str(operator.spark_operator_id)
+            place_state(staging, assembled, range(operator.num_partitions), last_stage + 1,
+                        source.batch_id + 1, number)
+            place_operator_metadata(staging, assembled, target, last_stage, source.batch_id,
+                                    number)
         if target.exists():
             target.rmdir()  # an empty directory the user made
         assembled.rename(target)
@@ -418,7 +446,8 @@ def _export(spark: Any, source: Source, processor: Any, target: Path, rows: bool
                           partitions=partitions, key_columns=key_columns,
                           time_mode=source.time_mode, variables=tuple(names), records=records,
                           spark_batches=1 + len(stage_times), held_expiries=held,
-                          entry=entry_name, output_mode=mode)
+                          entry=entry_name, output_mode=mode,
+                          chained=tuple(export.describe() for export in exports))
     log.warning("checkpoint %s: state of batch %d exported to the Spark checkpoint %s; this "
                 "location is left behind (both engines refuse it): %s",
                 source.url, source.batch_id, target, report.describe())
@@ -518,10 +547,16 @@ def pyspark_method(grouped: Any, name: str) -> Any:
 
 def _run_staging(spark: Any, source: Source, writer: StateWriter, call: tuple[str, str],
                  key_columns: tuple[str, ...], partitions: int, staging: Path, plan: str,
-                 stages: Mapping[str, int], stage_times: Mapping[int, int]) -> None:
+                 stages: Mapping[str, int], stage_times: Mapping[int, int],
+                 exports: tuple[ChainedExport, ...] = ()) -> None:
     """Spark's operator writes the state: stage 0 as a new query, each later stage replayed
-    from an offset log entry with its processing time (module docstring)."""
+    from an offset log entry with its processing time (module docstring); the chained steps
+    run after it as Spark's own operators (chain_export.py)."""
     from pyspark.sql import functions as F
+    from pyspark.sql.types import IntegerType, StructField, StructType
+
+    output: Any = (StructType([StructField(STEP, IntegerType()), *staging_fields(exports)])
+                   if exports else OUTPUT)
 
     settings = {"spark.sql.shuffle.partitions": str(partitions),
                 "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
@@ -540,8 +575,10 @@ def _run_staging(spark: Any, source: Source, writer: StateWriter, call: tuple[st
             df = df.withColumn(EVENT_COLUMN, F.lit(1).cast("timestamp")).withWatermark(
                 EVENT_COLUMN, "0 seconds")
         method = pyspark_method(df.groupBy(*key_columns), entry_name)
-        out = method(statefulProcessor=writer, outputStructType=OUTPUT, outputMode=output_mode,
+        out = method(statefulProcessor=writer, outputStructType=output, outputMode=output_mode,
                      timeMode=PYSPARK_WORDS.get(source.time_mode, "None"))
+        for export in exports:
+            out = stage_step(out, export)
         query = (out.writeStream.format("noop").outputMode("update")  # runs every task
                  .option("checkpointLocation", str(staging)).trigger(once=True).start())
         query.awaitTermination()

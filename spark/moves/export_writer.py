@@ -2,14 +2,17 @@
 variables (its init() runs against Spark's handle, so names, schemas and TTLs are exactly the
 query's), and the state of this backend, arriving as export records (export_records.py), is
 written into them key by key: values with `update`, list elements with `appendList` in their
-order, map entries with `updateValue`, timers with `registerTimer`. It emits no rows, and a
-timer that fires while the export runs (none should: export_state.py plans the batches so) is
-left alone.
+order, map entries with `updateValue`, timers with `registerTimer`. A timer that fires while
+the export runs (none should: export_state.py plans the batches so) is left alone.
+
+It emits a row only for each record of a step the query chains after it (a stored entry of
+that step, kind CHAINED_RECORD): that step's `Stager` (chain_export.py) types it into the
+staging columns Spark's operator of the step reads; the record writes no state here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import msgpack
@@ -18,6 +21,7 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark_dstl.spark.codec.typed_values import RowCodec
 from pyspark_dstl.spark.codec.values import decode_user_key
 from pyspark_dstl.spark.moves.export_records import (
+    CHAINED_RECORD,
     MAP_KEY,
     POSITION,
     TIMER,
@@ -64,8 +68,12 @@ class StateWriter(StatefulProcessor):
 
     def __init__(self, processor: Any, variables: list[tuple[str, str]],
                  schemas: Mapping[str, str], value_schemas: Mapping[str, Any],
-                 key_schemas: Mapping[str, Any], rows: bool, columns: list[str]) -> None:
+                 key_schemas: Mapping[str, Any], rows: bool, columns: list[str],
+                 stagers: Mapping[int, Any] | None = None,
+                 output_names: Sequence[str] = ()) -> None:
         self.processor = processor
+        self.stagers = dict(stagers or {})  # chained step -> its Stager (chain_export.py)
+        self.output_names = list(output_names)  # step column, then every stager's columns
         self.columns = list(columns)  # the input's columns, in order
         self.variables = list(variables)
         self.schemas = dict(schemas)
@@ -88,8 +96,12 @@ class StateWriter(StatefulProcessor):
     def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator[Any]:
         records = sorted(self._records(rows), key=lambda r: (r[VARIABLE], r[POSITION] or 0))
         lists: dict[str, list[Any]] = {}
+        staged: list[tuple[Any, ...]] = []
         for record in records:
             index = int(record[VARIABLE])
+            if index == CHAINED_RECORD:
+                staged.append(self._staged(int(record[POSITION]), record))
+                continue
             if index == TIMER_RECORD:
                 self.handle.registerTimer(int(record[TIMER]))
                 continue
@@ -104,7 +116,32 @@ class StateWriter(StatefulProcessor):
                 self.state[name].updateValue(user_key, value)
         for name, elements in lists.items():
             self.state[name].appendList(elements)
-        return iter(())
+        return self._emitted(staged)
+
+    def _staged(self, step: int, record: Mapping[str, Any]) -> tuple[Any, ...]:
+        """A chained step's record as a full staging row: its columns, None elsewhere."""
+        row: list[Any] = [step]
+        for position, stager in sorted(self.stagers.items()):
+            if position == step:
+                row.extend(stager.row(bytes(record[MAP_KEY]), bytes(record[VALUE])))
+            else:
+                row.extend([None] * len(stager.fields))
+        return tuple(row)
+
+    def _emitted(self, staged: list[tuple[Any, ...]]) -> Iterator[Any]:
+        if not staged:
+            return iter(())
+        if self.rows:
+            from pyspark.sql import Row
+
+            shape = Row(*self.output_names)
+            return iter([shape(*values) for values in staged])
+        import pandas as pd
+
+        columns = list(zip(*staged, strict=True))
+        return iter([pd.DataFrame({name: pd.Series(list(values), dtype=object)
+                                   for name, values in zip(self.output_names, columns,
+                                                           strict=True)})])
 
     def _records(self, rows: Any) -> Iterator[dict[str, Any]]:
         """Rows (transformWithState) or pandas frames (transformWithStateInPandas) as dicts

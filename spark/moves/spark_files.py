@@ -99,11 +99,11 @@ def snapshot_files(zip_path: Path) -> list[str]:
 
 
 def place_state(staging: Path, target: Path, partitions: Iterable[int], staged_version: int,
-                version: int) -> None:
+                version: int, operator: str = OPERATOR) -> None:
     """Each partition's snapshot of `staged_version` as `version`, with its SST files."""
     for partition in partitions:
-        source = staging / "state" / OPERATOR / str(partition)
-        destination = target / "state" / OPERATOR / str(partition)
+        source = staging / "state" / operator / str(partition)
+        destination = target / "state" / operator / str(partition)
         archive = source / f"{staged_version}.zip"
         if not archive.is_file():
             raise FileNotFoundError(f"{archive}: Spark's operator left no snapshot of state "
@@ -115,26 +115,44 @@ def place_state(staging: Path, target: Path, partitions: Iterable[int], staged_v
 
 
 def place_operator_metadata(staging: Path, target: Path, final: Path, staged_batch: int,
-                            batch_id: int) -> None:
+                            batch_id: int, operator: str = OPERATOR) -> None:
     """The operator metadata of `staged_batch` as batch `batch_id`'s, and the schema files
-    it names, which it then names at `final` (where `target` will be once in place)."""
-    lines = log_lines(staging / "state" / OPERATOR / "_metadata" / "v2" / str(staged_batch))
+    it names, which it then names at `final` (where `target` will be once in place). An
+    operator with metadata of version 1 (an aggregation, a deduplication: one `metadata` file
+    and a `schema` file under its partition 0, neither naming a batch or a path) gets its files
+    as Spark wrote them, so a query resuming it checks its state schema against them."""
+    versioned = staging / "state" / operator / "_metadata" / "v2" / str(staged_batch)
+    if not versioned.is_file():
+        copy_new(staging / "state" / operator / "_metadata",
+                 target / "state" / operator / "_metadata")
+        for schema in sorted((staging / "state" / operator).glob("*/_metadata")):
+            copy_new(schema, target / schema.relative_to(staging))  # the partition-0 schema
+        return
+    lines = log_lines(versioned)
     metadata: dict[str, Any] = json.loads(lines[1])
     for store in metadata.get("stateStoreInfo", []):
         moved = []
         for path in store.get("stateSchemaFilePaths", []):
-            relative = _relative_to_state(str(path))
+            relative = _relative_to_state(str(path), operator)
             write_new(target / relative, (staging / relative).read_bytes())
             moved.append("file:" + os.path.join(str(final), relative))
         store["stateSchemaFilePaths"] = moved
-    write_new(target / "state" / OPERATOR / "_metadata" / "v2" / str(batch_id),
+    write_new(target / "state" / operator / "_metadata" / "v2" / str(batch_id),
               "\n".join([lines[0], json.dumps(metadata, separators=(",", ":"))]))
 
 
-def _relative_to_state(path: str) -> str:
+def copy_new(source: Path, target: Path) -> None:
+    """Every file under `source` to the same place under `target`, Hadoop's .crc files left
+    out; none may exist there."""
+    for file in sorted(p for p in source.rglob("*") if p.is_file()):
+        if not file.name.endswith(".crc"):
+            write_new(target / file.relative_to(source), file.read_bytes())
+
+
+def _relative_to_state(path: str, operator: str = OPERATOR) -> str:
     """`state/...` of a schema file's path (a Hadoop path or URL into the staging checkpoint)."""
-    marker = f"/state/{OPERATOR}/"
+    marker = f"/state/{operator}/"
     at = path.rfind(marker)
     if at < 0:
-        raise ValueError(f"state schema file path {path!r} is not under state/{OPERATOR}/")
+        raise ValueError(f"state schema file path {path!r} is not under state/{operator}/")
     return path[at + 1:]

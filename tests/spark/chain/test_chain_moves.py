@@ -1,8 +1,8 @@
 """The moves refuse a query that chains stateful steps after its transformWithState, naming
 the chained operators, before they write anything, where they would lose the state of the
-chained operators (open windows, seen keys): import-state and the in-place move without the
-chained query itself (with it they bring every operator's state: tests/spark/moves/
-test_chain_import.py), export-state always, naming why for each operator."""
+chained operators (open windows, seen keys): import-state, the in-place move and export-state
+without the chained query itself (with it they bring every operator's state: tests/spark/
+moves/test_chain_import.py and test_chain_export.py)."""
 
 from __future__ import annotations
 
@@ -53,21 +53,22 @@ def test_import_state_and_the_in_place_move_without_the_chained_query_refuse_a_c
     assert files_under(source) == before  # no marker, no move record, no state written
 
 
-def test_export_state_refuses_a_location_with_chained_operators_whichever_is_named(
+def test_export_state_without_the_chained_query_refuses_a_chain_whichever_is_named(
         spark: Any, tmp_path: Path) -> None:
     run_chain(spark, WINDOW_COUNTS, "dropin", tmp_path)
     location = tmp_path / "checkpoint-dropin"
     before = files_under(location)
-    for name in (None, "stateful.1"):
-        with pytest.raises(ExportStateError) as refused:
-            export_state(spark, str(location), str(tmp_path / "back"), RelayWithCloser(),
-                         name=name)
-        first = str(refused.value).splitlines()[0]
-        assert "query chains stateful steps after its transformWithState" in first
-        assert "operator stateful.1: groupBy(window(at" in first
-        assert "(Spark's operator 0), Spark's aggregation state would have to be written by " \
-            "hand" in first
-        assert "keep the query on this backend" in first
+    with pytest.raises(ExportStateError) as refused:
+        export_state(spark, str(location), str(tmp_path / "back"), RelayWithCloser())
+    first = str(refused.value).splitlines()[0]
+    assert "query chains stateful steps after its transformWithState (groupBy(window(at" in first
+    assert "as Spark's operator 0): export it from Python with the chained query" in first
+    assert "query=<the chained DataFrame as written with pyspark_dstl.install() on>" in first
+    with pytest.raises(ExportStateError) as chained_name:
+        export_state(spark, str(location), str(tmp_path / "back"), RelayWithCloser(),
+                     name="stateful.1")
+    assert ("operator 'stateful.1' is step 1 of batch" in str(chained_name.value)
+            and "give the first step's name ('stateful')" in str(chained_name.value))
     assert not (tmp_path / "back").exists()
     # the export's lease came and went under epochs/; nothing else changed
     assert without_leases(files_under(location)) == without_leases(before)

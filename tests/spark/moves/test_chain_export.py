@@ -1,0 +1,168 @@
+"""A query that chains stateful steps after its transformWithState goes back to PySpark's own
+operators with the state of every operator: it runs its first batches on PySpark, moves to this
+backend in place (the switch), runs there, is exported (export-state with the chained query),
+and runs its last batches on PySpark from the exported Spark checkpoint, the switch off; its
+batches equal those of the same query run on PySpark without interruption, batch by batch
+(tests/support/chain_compare.py). What cannot be exported exactly is refused by name, before
+anything is written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import functions as F
+
+from pyspark_dstl import ExportStateError, export_state
+from pyspark_dstl.backend.fencing.epochs import EPOCHS_PREFIX
+from tests.support.chain_compare import (
+    STEPS,
+    Batches,
+    ChainScenario,
+    chain_query,
+    describe,
+    engine_settings,
+    run_chain,
+    write_step,
+)
+from tests.support.chain_processors import RelayWithCloser
+from tests.support.tws_compare import session_conf, sorted_rows
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(900)]
+
+MIGRATE = {"spark.dstl.query.sparkCheckpoint": "migrate"}
+PHASES = (("pyspark", range(0, 2)), ("dropin", range(2, 4)), ("pyspark", range(4, len(STEPS))))
+
+
+def window_counts(first: Any) -> Any:
+    return first.groupBy(F.window("at", "10 seconds")).agg(
+        F.count("*").alias("rows"), F.sum("v").alias("total"), F.max("v").alias("top"),
+        F.avg("v").alias("mean"))
+
+
+def key_totals(first: Any) -> Any:
+    return first.groupBy("k").agg(
+        F.count("v").alias("rows"), F.sum("v").alias("total"), F.min("v").alias("low"),
+        F.avg("v").alias("mean"), F.last("tag", ignorenulls=True).alias("tag"))
+
+
+WINDOW_COUNTS = ChainScenario("window_counts", RelayWithCloser, window_counts,
+                              restart_after=None)
+KEY_TOTALS = ChainScenario("key_totals", RelayWithCloser, key_totals, output_mode="update",
+                           restart_after=None)
+DEDUPLICATED = ChainScenario("deduplicated", RelayWithCloser,
+                             lambda first: first.dropDuplicates(["k"]), restart_after=None)
+
+
+def run_there_and_back(spark: Any, scenario: ChainScenario, root: Path) -> tuple[Batches, Any]:
+    """The scenario on PySpark, then on the switch (moved in place), then on PySpark again
+    from the export; (every batch the sink received by batch id, the export's report)."""
+    batches: Batches = {}
+    report = None
+
+    def sink(frame: Any, batch_id: int) -> None:
+        batches[batch_id] = sorted_rows(frame.collect())
+
+    inputs, location, exported = root / "in", root / "location", root / "exported"
+    inputs.mkdir(parents=True, exist_ok=True)
+    for engine, steps in PHASES:
+        where = exported if report is not None else location
+        with engine_settings(spark, engine), session_conf(spark, MIGRATE):
+            query = (chain_query(spark, scenario, inputs).writeStream
+                     .outputMode(scenario.output_mode).foreachBatch(sink)
+                     .option("checkpointLocation", str(where)).start())
+            try:
+                for index in steps:
+                    write_step(inputs, index, STEPS[index])
+                    query.processAllAvailable()
+            finally:
+                query.stop()
+            if engine == "dropin":
+                report = export_state(spark, str(location), str(exported), scenario.first(),
+                                      query=chain_query(spark, scenario, inputs),
+                                      query_output_mode=scenario.output_mode)
+    return batches, report
+
+
+def assert_round_trip(spark: Any, scenario: ChainScenario, root: Path) -> Any:
+    expected = run_chain(spark, scenario, "pyspark", root / "uninterrupted")
+    actual, report = run_there_and_back(spark, scenario, root / "moved")
+    assert actual == expected, describe(expected, actual)
+    assert report is not None and report.chained
+    return expected, report
+
+
+def test_a_windowed_aggregation_goes_back_to_pyspark_and_closes_its_windows_there(
+        spark: Any, tmp_path: Path) -> None:
+    expected, report = assert_round_trip(spark, WINDOW_COUNTS, tmp_path)
+    assert "Spark's operator 0: groupBy(window(at" in report.chained[0]
+    last_export_batch = report.batch_id
+    assert any(rows for batch, rows in expected.items() if batch > last_export_batch), \
+        "windows must close after the move back"
+
+
+def test_a_plain_key_aggregation_in_update_mode_goes_back_to_pyspark(
+        spark: Any, tmp_path: Path) -> None:
+    assert_round_trip(spark, KEY_TOTALS, tmp_path)
+    schema = tmp_path / "moved" / "exported" / "state" / "0" / "0" / "_metadata" / "schema"
+    assert schema.is_file(), "the aggregation's state schema is Spark's, checked at restart"
+
+
+def test_drop_duplicates_goes_back_to_pyspark_with_its_seen_keys(
+        spark: Any, tmp_path: Path) -> None:
+    expected, _ = assert_round_trip(spark, DEDUPLICATED, tmp_path)
+    assert not any(row[0] == "a" for batch, rows in expected.items() if batch > 3
+                   for row in rows), "keys seen before the export stay seen"
+
+
+def files_without_leases(root: Path) -> dict[str, bytes]:
+    """Every file of a location but the leases a move takes and gives back (epochs/)."""
+    return {str(path.relative_to(root)): path.read_bytes() for path in sorted(root.rglob("*"))
+            if path.is_file() and not str(path.relative_to(root)).startswith(EPOCHS_PREFIX)}
+
+
+def one_batch_location(spark: Any, scenario: ChainScenario, root: Path) -> Path:
+    """A location of this backend that ran the scenario's first input step (one Spark query
+    of one batch: the refusals need the location's records, not a long history)."""
+    location = root / "location"
+    (root / "in").mkdir(parents=True)
+    with engine_settings(spark, "dropin"):
+        query = (chain_query(spark, scenario, root / "in").writeStream
+                 .outputMode(scenario.output_mode).foreachBatch(lambda frame, batch: None)
+                 .option("checkpointLocation", str(location)).start())
+        try:
+            write_step(root / "in", 0, STEPS[0])
+            query.processAllAvailable()
+        finally:
+            query.stop()
+    return location
+
+
+@pytest.mark.parametrize(("name", "build", "named"), [
+    ("session_window", lambda first: first.groupBy("k", F.session_window("at", "5 seconds"))
+     .agg(F.count("*")), "the state of a session window aggregation cannot be exported"),
+    ("collect_list", lambda first: first.groupBy(F.window("at", "10 seconds")).agg(
+        F.count("*"), F.collect_list("v").alias("vs")),
+     "the aggregate 'vs' (collect_list) cannot be exported exactly"),
+    ("decimal_avg", lambda first: first.groupBy("k").agg(
+        F.avg(F.col("v").cast("decimal(10,2)")).alias("mean")),
+     "the aggregate 'mean' (a decimal avg) cannot be exported exactly"),
+])
+def test_state_without_an_exact_spark_counterpart_is_refused_by_name_before_any_write(
+        spark: Any, tmp_path: Path, name: str, build: Any, named: str) -> None:
+    scenario = ChainScenario(name, RelayWithCloser, build,
+                             output_mode="update" if name == "decimal_avg" else "append",
+                             restart_after=None)
+    location = one_batch_location(spark, scenario, tmp_path)
+    before = files_without_leases(location)
+    with engine_settings(spark, "dropin"), pytest.raises(ExportStateError) as refused:
+        export_state(spark, str(location), str(tmp_path / "back"), RelayWithCloser(),
+                     query=chain_query(spark, scenario, tmp_path / "in"),
+                     query_output_mode=scenario.output_mode)
+    first = str(refused.value).splitlines()[0]
+    assert first.startswith(f"checkpoint location {str(location)!r}, step 1 ")
+    assert "(Spark's operator 0): " + named in first
+    assert "keep the query on this backend" in first
+    assert not (tmp_path / "back").exists()
+    assert files_without_leases(location) == before
