@@ -34,8 +34,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pyspark_dstl.spark.chain.aggregation import MICROS_PER_MS, AggregationPlan, BufferCodec
 from pyspark_dstl.spark.chain.aggregation import STATE_NAME as AGGREGATE_STATE
-from pyspark_dstl.spark.chain.aggregation import AggregationPlan, BufferCodec
+from pyspark_dstl.spark.chain.dedup import STATE_NAME as DEDUP_STATE
 from pyspark_dstl.spark.chain.dedup import DedupPlan
 from pyspark_dstl.spark.chain.links import (
     AGGREGATE,
@@ -56,7 +57,7 @@ KIND_WORDS = {
     DEDUPLICATE: "dropDuplicates", DEDUPLICATE_WITHIN_WATERMARK: "dropDuplicatesWithinWatermark",
     TRANSFORM: "a transformWithState",
 }
-STAGED = (AGGREGATE, DEDUPLICATE)
+STAGED = (AGGREGATE, DEDUPLICATE, DEDUPLICATE_WITHIN_WATERMARK)
 
 
 class ExportStateError(MoveError):
@@ -95,8 +96,8 @@ def refuse_unstaged(where: str, operators: Sequence[QueryOperator]) -> None:
         if op.kind not in STAGED:
             raise ExportStateError(
                 f"{culprit}: the state of {KIND_WORDS.get(op.kind, op.kind)} after the first "
-                f"step is not exported yet (export-state stages aggregations and "
-                f"dropDuplicates); {fix}")
+                f"step is not exported yet (export-state stages aggregations, "
+                f"dropDuplicates and dropDuplicatesWithinWatermark); {fix}")
         if index + 1 < len(chained):
             raise ExportStateError(
                 f"{culprit}: a stateful step follows it ({chained[index + 1].label}); the "
@@ -197,11 +198,14 @@ def _aggregation_fields(position: int, link: ChainLink) -> list[Any]:
 
 
 def _dedup_fields(position: int, link: ChainLink) -> list[Any]:
-    from pyspark.sql.types import StructField
+    from pyspark.sql.types import LongType, StructField
 
     plan: DedupPlan = link.processor.plan
-    return [StructField(column(position, f"k{i}"), link.output_schema[name].dataType)
+    keys = [StructField(column(position, f"k{i}"), link.output_schema[name].dataType)
             for i, name in enumerate(plan.key_columns)]
+    if plan.within_watermark:  # the event time whose expiry the key keeps (microseconds)
+        keys.append(StructField(column(position, "time"), LongType()))
+    return keys
 
 
 @dataclass(frozen=True)
@@ -249,7 +253,11 @@ class DedupStager:
     fields: list[Any]
 
     def row(self, key: bytes, raw: bytes) -> tuple[Any, ...]:
-        return tuple(decode_key(key, self.plan.label, grouped=self.grouped))
+        values = tuple(decode_key(key, self.plan.label, grouped=self.grouped))
+        if not self.plan.within_watermark:
+            return values
+        _, expires = decode_value(raw, 0, DEDUP_STATE)
+        return (*values, int(expires) - self.plan.delay_ms * MICROS_PER_MS)
 
 
 def staging_fields(exports: Sequence[ChainedExport]) -> list[Any]:
@@ -274,7 +282,7 @@ def stage_step(frame: Any, export: ChainedExport) -> Any:
     from pyspark.sql import functions as F
 
     rows = frame.where(F.col(STEP) == export.position)
-    if export.link.kind == DEDUPLICATE:
+    if export.link.kind in (DEDUPLICATE, DEDUPLICATE_WITHIN_WATERMARK):
         return _stage_dedup(rows, export)
     return _stage_aggregation(rows, export, F)
 
@@ -285,7 +293,19 @@ def _stage_dedup(rows: Any, export: ChainedExport) -> Any:
     keys = [_keyed(column(export.position, f"k{i}"), schema[name].dataType,
                    schema[name].nullable).alias(name)
             for i, name in enumerate(plan.key_columns)]
-    return rows.select(*keys).dropDuplicates(list(plan.key_columns))
+    if not plan.within_watermark:
+        return rows.select(*keys).dropDuplicates(list(plan.key_columns))
+    from pyspark.sql import functions as F
+
+    # Spark keeps expiresAtMicros = event time + the watermark delay: the event time is the
+    # stored expiry less the delay, under a watermark of the same delay
+    assert plan.event_time_column is not None
+    time = F.timestamp_micros(F.col(column(export.position, "time")))
+    named = [key for key, name in zip(keys, plan.key_columns, strict=True)
+             if name != plan.event_time_column]
+    return (rows.select(*named, time.alias(plan.event_time_column))
+            .withWatermark(plan.event_time_column, f"{plan.delay_ms} milliseconds")
+            .dropDuplicatesWithinWatermark(list(plan.key_columns)))
 
 
 def _stage_aggregation(rows: Any, export: ChainedExport, F: Any) -> Any:

@@ -166,3 +166,12 @@ def test_state_without_an_exact_spark_counterpart_is_refused_by_name_before_any_
     assert "keep the query on this backend" in first
     assert not (tmp_path / "back").exists()
     assert files_without_leases(location) == before
+
+
+def test_drop_duplicates_within_watermark_goes_back_to_pyspark_with_its_expiries(
+        spark: Any, tmp_path: Path) -> None:
+    scenario = ChainScenario("within_watermark", RelayWithCloser,
+                             lambda first: first.dropDuplicatesWithinWatermark(["k"]),
+                             restart_after=None)
+    _, report = assert_round_trip(spark, scenario, tmp_path)
+    assert "dropDuplicatesWithinWatermark" in report.chained[0]
