@@ -18,8 +18,10 @@ in the writer's task); each chained step of the staging query takes the rows mea
 - `dropDuplicates`: one row per seen key.
 
 Spark checks a resumed operator's state schema against the stored one ignoring field names but
-not nullability (a nullable stored field against a non-null one of the query is refused), so a
-staged key column is non-null where the user's query's is (its template says so).
+not nullability in one direction (a nullable stored field against a non-null one of the query
+is refused), so a staged key column is non-null where the user's query's is (its template says
+so). PySpark 4.3 stores these operators' schemas with every field nullable, where the check
+passes either way; the staging does not rely on that.
 
 Refused by name (Spark's operator id, the step, why), before anything is written: what
 chain_import.py refuses (session windows, collect_list, decimal sum and avg), a step after an
@@ -269,12 +271,40 @@ def staging_fields(exports: Sequence[ChainedExport]) -> list[Any]:
 
 
 def _keyed(name: str, kind: Any, nullable: bool) -> Any:
-    """A staged key column, non-null where the user's query's is (Spark's schema check)."""
+    """A staged key column, non-null where the user's query's is (Spark's schema check): the
+    column, or else a non-null literal of its type, which no row takes (its rows hold keys)."""
     from pyspark.sql import functions as F
 
     if nullable:
         return F.col(name)
-    return F.coalesce(F.col(name), F.lit(0).cast(kind))
+    return F.coalesce(F.col(name), _zero(name, kind))
+
+
+def _zero(name: str, kind: Any) -> Any:
+    """A non-null literal of Spark type `kind` (casts Spark's ANSI mode allows)."""
+    import datetime as dt
+
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    if isinstance(kind, T.StringType):
+        return F.lit("")
+    if isinstance(kind, T.BooleanType):
+        return F.lit(False)
+    if isinstance(kind, T.BinaryType):
+        return F.lit(bytearray())
+    if isinstance(kind, T.DateType):
+        return F.lit(dt.date(1970, 1, 1))
+    if isinstance(kind, T.TimestampType):
+        return F.lit(dt.datetime(1970, 1, 1, tzinfo=dt.UTC))
+    if isinstance(kind, T.TimestampNTZType):
+        return F.lit(dt.datetime(1970, 1, 1))
+    if isinstance(kind, T.NumericType):
+        return F.lit(0).cast(kind)
+    raise ExportStateError(
+        f"key column {name!r} of type {kind.simpleString()}: the export stages non-null keys "
+        f"of strings, numbers, booleans, binary, dates and timestamps only; keep the query on "
+        f"this backend")
 
 
 def stage_step(frame: Any, export: ChainedExport) -> Any:

@@ -17,6 +17,11 @@ and timer is then Spark's exactly as it was here. The Spark checkpoint is then a
 state as the state batch M leaves. The query on PySpark goes on with batch M+1 from the
 sources' positions, and a file sink's log with that batch id.
 
+A query that chains stateful steps after its transformWithState is exported with the chained
+query (`query=`): the staging query is the whole chain, Spark's own operators in the same
+number, order and kinds, and the first step's writer passes the chained steps' entries on to
+them (chain_export.py); each operator's state and metadata are placed under its Spark id.
+
 In order, each step crash-safe and repeated by a new attempt if a kill interrupted it (kill
 points `export_state_*`): the location is marked (a move marker in its Spark offset log, a
 move record `moves/<n>` started), so neither engine resumes it from then on; the staging query

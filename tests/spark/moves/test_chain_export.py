@@ -42,7 +42,8 @@ def window_counts(first: Any) -> Any:
 
 
 def key_totals(first: Any) -> Any:
-    return first.groupBy("k").agg(
+    # a non-null key (the export stages it non-null, the nullability of the user's query)
+    return first.groupBy(F.coalesce("k", F.lit("?")).alias("key")).agg(
         F.count("v").alias("rows"), F.sum("v").alias("total"), F.min("v").alias("low"),
         F.avg("v").alias("mean"), F.last("tag", ignorenulls=True).alias("tag"))
 
