@@ -29,7 +29,7 @@ from tests.support.chain_compare import (
 from tests.support.chain_processors import RelayWithCloser
 from tests.support.tws_compare import session_conf, sorted_rows
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
 MIGRATE = {"spark.dstl.query.sparkCheckpoint": "migrate"}
 PHASES = (("pyspark", range(0, 2)), ("dropin", range(2, 4)), ("pyspark", range(4, len(STEPS))))
@@ -94,6 +94,7 @@ def assert_round_trip(spark: Any, scenario: ChainScenario, root: Path) -> Any:
     return expected, report
 
 
+@pytest.mark.slow  # a round trip: about 30-70 s
 def test_a_windowed_aggregation_goes_back_to_pyspark_and_closes_its_windows_there(
         spark: Any, tmp_path: Path) -> None:
     expected, report = assert_round_trip(spark, WINDOW_COUNTS, tmp_path)
@@ -103,6 +104,7 @@ def test_a_windowed_aggregation_goes_back_to_pyspark_and_closes_its_windows_ther
         "windows must close after the move back"
 
 
+@pytest.mark.slow  # a round trip: about 30-70 s
 def test_a_plain_key_aggregation_in_update_mode_goes_back_to_pyspark(
         spark: Any, tmp_path: Path) -> None:
     assert_round_trip(spark, KEY_TOTALS, tmp_path)
@@ -110,6 +112,7 @@ def test_a_plain_key_aggregation_in_update_mode_goes_back_to_pyspark(
     assert schema.is_file(), "the aggregation's state schema is Spark's, checked at restart"
 
 
+@pytest.mark.slow  # a round trip: about 30-70 s
 def test_drop_duplicates_goes_back_to_pyspark_with_its_seen_keys(
         spark: Any, tmp_path: Path) -> None:
     expected, _ = assert_round_trip(spark, DEDUPLICATED, tmp_path)
@@ -169,6 +172,7 @@ def test_state_without_an_exact_spark_counterpart_is_refused_by_name_before_any_
     assert files_without_leases(location) == before
 
 
+@pytest.mark.slow  # a round trip: about 30-70 s
 def test_drop_duplicates_within_watermark_goes_back_to_pyspark_with_its_expiries(
         spark: Any, tmp_path: Path) -> None:
     scenario = ChainScenario("within_watermark", RelayWithCloser,
