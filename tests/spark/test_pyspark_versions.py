@@ -137,3 +137,15 @@ def test_python_workers_import_the_pyspark_of_the_driver(spark: Any) -> None:
     workers = spark.sparkContext.parallelize(range(2), 2).map(worker_version).collect()
     assert workers == [VERSION, VERSION]
     assert os.environ.get("DSTL_TIER_PYSPARK", VERSION) == VERSION  # the tier's own version
+
+
+@pytest.mark.spark
+def test_python_workers_read_pyspark_from_the_package_not_from_sparks_zip(spark: Any) -> None:
+    # tests/support/worker_site: a zip import compiles pyspark anew in every worker process
+    def worker_file(_: Any) -> str:
+        import pyspark
+
+        return str(pyspark.__file__)
+
+    files = spark.sparkContext.parallelize(range(2), 2).map(worker_file).collect()
+    assert not any(".zip" in path for path in files), files

@@ -47,12 +47,16 @@ def session_settings(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return settings
 
 
+WORKER_SITE = REPO_ROOT / "tests" / "support" / "worker_site"
+
+
 def prepare_environment() -> None:
-    """Python workers must run this interpreter on loopback and import `tests.support`."""
-    root = str(REPO_ROOT)
+    """Python workers must run this interpreter on loopback, import `tests.support`, and read
+    pyspark from the installed package rather than Spark's zip (worker_site/sitecustomize.py)."""
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if root not in paths:
-        os.environ["PYTHONPATH"] = os.pathsep.join([root, *paths])
+    missing = [entry for entry in (str(REPO_ROOT), str(WORKER_SITE)) if entry not in paths]
+    if missing:
+        os.environ["PYTHONPATH"] = os.pathsep.join([*missing, *paths])
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
