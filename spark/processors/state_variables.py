@@ -112,10 +112,14 @@ class ValueState(_StateVariable):
             return False, None
         alive, value = decode_value(raw, self._context.now_ms, self.name)
         if not alive:
-            self._store.remove(key, self.cf)
-            self._remember(key, None)
+            self._drop_expired(key)
             return False, None
         return True, value
+
+    def _drop_expired(self, key: bytes) -> None:
+        """A value read after its TTL ran out is removed then, as Spark's TTL'd state is."""
+        self._store.remove(key, self.cf)
+        self._remember(key, None)
 
     def get(self, default: Any = None) -> Any:
         # _lookup's steps inline, the stored bytes from raw(): this runs once per key of a batch
@@ -124,9 +128,7 @@ class ValueState(_StateVariable):
             return default
         alive, value = decode_value(raw, self._context.now_ms, self.name)
         if not alive:
-            key = self._context.require_current(self.name)
-            self._store.remove(key, self.cf)
-            self._remember(key, None)
+            self._drop_expired(self._context.require_current(self.name))
             return default
         return value
 
