@@ -7,6 +7,9 @@ bash scripts/bootstrap.sh
 bash scripts/ensure_chromium.sh
 .venv/bin/ruff check .
 .venv/bin/mypy
+# the tests' JVMs map Spark's classes from one archive (made once per Java and Spark release,
+# about half a minute; tests/support/jvm_archive.py); without it they only start slower
+.venv/bin/python -m tests.support.jvm_archive || echo "JVM class archive not made (see above): the tests' JVMs start without it"
 # every tier (-m "" lifts the fast-tier default of pyproject.toml) in two processes, each
 # with its own SparkSession, S3 server and proxy, a whole test file at a time in the order
 # tests/conftest.py gives (files with slow tests first; pytest-xdist would otherwise hand out

@@ -15,13 +15,12 @@ from pyspark_dstl.changelog.storage.memory import MemoryStorage
 from pyspark_dstl.core.loop import EventLoopThread
 from tests.support import FaultProxy, MotoServer, S3Env, make_s3_env
 from tests.support.connect import ConnectServer
+from tests.support.jvm_archive import jvm_options_for_tests
 
-# The tests' JVMs are short-lived (a shared session per test process, one per kill test, a
-# benchmark's quick run, the standalone daemons, the Connect server): the client compiler
-# alone and the serial collector about halve the CPU a JVM spends starting and warming up on
-# 2 cores. Every JVM started from here on inherits it; a value set outside is kept.
-TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-os.environ.setdefault("JDK_JAVA_OPTIONS", TEST_JVM_OPTIONS)
+# Every JVM started from here on takes the tests' JVM options (the client compiler, the serial
+# collector, the class archive if made: tests/support/jvm_archive.py); a value set outside is
+# kept.
+os.environ.setdefault("JDK_JAVA_OPTIONS", jvm_options_for_tests())
 
 STORAGE_KINDS = ["memory", "file", "s3"]
 S3_FIXTURES = frozenset({"s3", "moto_server", "fault_proxy"})
