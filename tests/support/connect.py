@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.support.spark import REPO_ROOT, free_port
+from tests.support.spark import REPO_ROOT, WORKER_SITE, free_port
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 STARTED = "Spark Connect server started at"
@@ -74,9 +74,10 @@ class ConnectServer:
 
 
 def client_environment() -> dict[str, str]:
-    """Python on loopback, this interpreter, this checkout importable."""
+    """Python on loopback, this interpreter, this checkout importable (and pyspark read from
+    the package: worker_site/sitecustomize.py)."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO_ROOT)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), str(WORKER_SITE)])
     env["PYSPARK_PYTHON"] = sys.executable
     env["SPARK_LOCAL_IP"] = "127.0.0.1"
     env.pop("SPARK_REMOTE", None)
