@@ -53,13 +53,17 @@ from pyspark_dstl.spark.operator_list import QueryOperator
 from pyspark_dstl.spark.spark_errors import MoveError
 
 STEP = "dstl_export_step"  # the staging rows' chained step (0: none, a first-step record)
+EVENT_COLUMN = "__dstl_export_event"  # the staging rows' event time, at one second
 SAME_BUFFERS = ("count", "sum", "avg", "min", "max", "first", "last")
 KIND_WORDS = {
     AGGREGATE: "an aggregation", SESSION_AGGREGATE: "a session window aggregation",
     DEDUPLICATE: "dropDuplicates", DEDUPLICATE_WITHIN_WATERMARK: "dropDuplicatesWithinWatermark",
     TRANSFORM: "a transformWithState",
 }
-STAGED = (AGGREGATE, DEDUPLICATE, DEDUPLICATE_WITHIN_WATERMARK)
+STAGED = (AGGREGATE, DEDUPLICATE, DEDUPLICATE_WITHIN_WATERMARK, TRANSFORM)
+# a chained transformWithState's staging columns after its key columns (as its writer reads
+# them: the records' variable index, list position, value, map key and timer)
+TRANSFORM_RECORD = ("variable", "position", "value", "map_key", "timer")
 
 
 class ExportStateError(MoveError):
@@ -99,7 +103,8 @@ def refuse_unstaged(where: str, operators: Sequence[QueryOperator]) -> None:
             raise ExportStateError(
                 f"{culprit}: the state of {KIND_WORDS.get(op.kind, op.kind)} after the first "
                 f"step is not exported yet (export-state stages aggregations, "
-                f"dropDuplicates and dropDuplicatesWithinWatermark); {fix}")
+                f"dropDuplicates, dropDuplicatesWithinWatermark and transformWithState); "
+                f"{fix}")
         if index + 1 < len(chained):
             raise ExportStateError(
                 f"{culprit}: a stateful step follows it ({chained[index + 1].label}); the "
@@ -116,7 +121,8 @@ class ChainedExport:
     position: int
     operator: QueryOperator
     link: ChainLink
-    stager: Any  # AggregationStager | DedupStager
+    stager: Any  # AggregationStager | DedupStager | TransformStager
+    writer: Any = None  # a transformWithState's StateWriter (export_state.py makes it)
 
     def describe(self) -> str:
         return (f"Spark's operator {self.operator.spark_operator_id}: {self.link.label} as "
@@ -149,6 +155,8 @@ def plan_chain_export(where: str, operators: Sequence[QueryOperator],
         if link.kind == AGGREGATE:
             stager: Any = AggregationStager(op.position, link.processor.plan, grouped,
                                             _aggregation_fields(op.position, link))
+        elif link.kind == TRANSFORM:
+            stager = TransformStager(op.position, _transform_fields(op))
         else:
             stager = DedupStager(op.position, link.processor.plan, grouped,
                                  _dedup_fields(op.position, link))
@@ -208,6 +216,40 @@ def _dedup_fields(position: int, link: ChainLink) -> list[Any]:
     if plan.within_watermark:  # the event time whose expiry the key keeps (microseconds)
         keys.append(StructField(column(position, "time"), LongType()))
     return keys
+
+
+def _transform_fields(op: QueryOperator) -> list[Any]:
+    """Staging columns: the step's key columns (the types its commit records), then the
+    record columns of its writer."""
+    from pyspark.sql.types import (
+        BinaryType,
+        IntegerType,
+        LongType,
+        StructField,
+        _parse_datatype_string,
+    )
+
+    keys = [StructField(column(op.position, f"k{i}"), _parse_datatype_string(kind))
+            for i, kind in enumerate(op.key_types)]
+    kinds = (IntegerType(), IntegerType(), BinaryType(), BinaryType(), LongType())
+    return [*keys, *(StructField(column(op.position, name), kind)
+                     for name, kind in zip(TRANSFORM_RECORD, kinds, strict=True))]
+
+
+@dataclass(frozen=True)
+class TransformStager:
+    """A record of a chained transformWithState (export_records.py packs it: its grouping key
+    as `pack_key` bytes, the rest as one msgpack array) -> its staging row."""
+
+    position: int
+    fields: list[Any]
+
+    def row(self, key: bytes, raw: bytes) -> tuple[Any, ...]:
+        import msgpack
+
+        variable, position, value, map_key, timer = msgpack.unpackb(raw, raw=False)
+        return (*decode_key(key, "grouping key", grouped=False), variable, position, value,
+                map_key, timer)
 
 
 @dataclass(frozen=True)
@@ -312,6 +354,8 @@ def stage_step(frame: Any, export: ChainedExport) -> Any:
     from pyspark.sql import functions as F
 
     rows = frame.where(F.col(STEP) == export.position)
+    if export.link.kind == TRANSFORM:
+        return _stage_transform(rows, export)
     if export.link.kind in (DEDUPLICATE, DEDUPLICATE_WITHIN_WATERMARK):
         return _stage_dedup(rows, export)
     return _stage_aggregation(rows, export, F)
@@ -336,6 +380,43 @@ def _stage_dedup(rows: Any, export: ChainedExport) -> Any:
     return (rows.select(*named, time.alias(plan.event_time_column))
             .withWatermark(plan.event_time_column, f"{plan.delay_ms} milliseconds")
             .dropDuplicatesWithinWatermark(list(plan.key_columns)))
+
+
+def _stage_transform(rows: Any, export: ChainedExport) -> Any:
+    """Spark's transformWithState of the step, its processor's state written by the step's
+    StateWriter from the records its rows carry (grouped by the step's key columns)."""
+    from pyspark.sql import functions as F
+
+    from pyspark_dstl.spark.moves.export_records import (
+        EXPIRY,
+        MAP_KEY,
+        POSITION,
+        TIMER,
+        VALUE,
+        VARIABLE,
+        WRITE_TIME,
+    )
+    from pyspark_dstl.spark.time.modes import PYSPARK_WORDS
+
+    p, link = export.position, export.link
+    keys = [F.col(column(p, f"k{i}")).alias(name) for i, name in enumerate(link.key_columns)]
+    named = dict(zip(TRANSFORM_RECORD, (VARIABLE, POSITION, VALUE, MAP_KEY, TIMER),
+                     strict=True))
+    records = [F.col(column(p, name)).alias(named[name]) for name in TRANSFORM_RECORD]
+    staged = rows.select(*keys, F.col(column(p, "variable")).alias(VARIABLE),
+                         *records[1:4], F.lit(None).cast("long").alias(EXPIRY),
+                         records[4], F.lit(None).cast("long").alias(WRITE_TIME))
+    time_mode = str(dict(link.record.get("state") or {}).get("time_mode", "none"))
+    if time_mode == "event_time":
+        staged = staged.withColumn(EVENT_COLUMN, F.lit(1).cast("timestamp")).withWatermark(
+            EVENT_COLUMN, "0 seconds")
+    adapter = link.processor
+    grouped = staged.groupBy(*link.key_columns)
+    method = getattr(type(grouped), adapter.entry)
+    if getattr(method, "__dstl_entry__", False):  # PySpark's own, also with the switch on
+        method = method.__wrapped__
+    return method(grouped, statefulProcessor=export.writer, outputStructType="exported long",
+                  outputMode=adapter.output_mode, timeMode=PYSPARK_WORDS.get(time_mode, "None"))
 
 
 def _stage_aggregation(rows: Any, export: ChainedExport, F: Any) -> Any:

@@ -168,8 +168,38 @@ def records_of_partition(url: str, plan: Mapping[str, Any], partition: ExportPar
                          ) -> Iterator[tuple[Any, ...]]:
     if partition.step == 0:
         yield from records_of_store(url, plan, partition.info, stages, stage)
+        return
+    chained = next(c for c in plan.get("chained") or [] if int(c["position"]) == partition.step)
+    if chained.get("transform") is not None:  # its records by write time, as the first's
+        yield from transform_records(url, plan, chained, partition.info, stages, stage)
     elif stage is None or stage == 0:  # a chained step's entries: the first stage
         yield from chained_records(url, plan, partition.info, partition.step)
+
+
+def transform_records(url: str, plan: Mapping[str, Any], chained: Mapping[str, Any],
+                      info_json: str, stages: Mapping[int, int] | None, stage: int | None
+                      ) -> Iterator[tuple[Any, ...]]:
+    """The records of a chained transformWithState's store, read as the first step's (its
+    variables, TTLs and schema history), each packed into a record of kind CHAINED_RECORD:
+    MAP_KEY its grouping key (`pack_key`), VALUE the msgpack array (variable, position,
+    value, map key, timer) its stager unpacks; EXPIRY and WRITE_TIME stay as they are (the
+    stages), TIMER only for a processing-time timer (the export keeps those from firing)."""
+    import msgpack
+
+    from pyspark_dstl.spark.codec.values import pack_key
+
+    transform = chained["transform"]
+    own = {**plan, "variables": transform["variables"], "history": transform["history"]}
+    width = len(plan["key_columns"])
+    keys = len(transform["key_columns"])
+    step = int(chained["position"])
+    processing = transform["time_mode"] == "processing_time"
+    for row in records_of_store(url, own, info_json, stages, stage):
+        group, (variable, position, value, map_key, expiry, timer, at) = (
+            row[:keys], row[keys:])
+        packed = msgpack.packb([variable, position, value, map_key, timer], use_bin_type=True)
+        yield (*([None] * width), CHAINED_RECORD, step, packed, pack_key(group), expiry,
+               timer if processing else None, at)
 
 
 def chained_records(url: str, plan: Mapping[str, Any], info_json: str, step: int

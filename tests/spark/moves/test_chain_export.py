@@ -26,7 +26,7 @@ from tests.support.chain_compare import (
     run_chain,
     write_step,
 )
-from tests.support.chain_processors import RelayWithCloser
+from tests.support.chain_processors import TALLY_SCHEMA, RelayWithCloser, Tally
 from tests.support.tws_compare import session_conf, sorted_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
@@ -180,3 +180,19 @@ def test_drop_duplicates_within_watermark_goes_back_to_pyspark_with_its_expiries
                              restart_after=None)
     _, report = assert_round_trip(spark, scenario, tmp_path)
     assert "dropDuplicatesWithinWatermark" in report.chained[0]
+
+
+SECOND_TRANSFORM = ChainScenario(
+    "second_transform_with_state", RelayWithCloser,
+    lambda first: first.groupBy("k").transformWithStateInPandas(
+        Tally(), TALLY_SCHEMA, "Append", "EventTime"), restart_after=None)
+
+
+@pytest.mark.slow  # a round trip: about 30-70 s
+def test_a_chained_transform_with_state_goes_back_to_pyspark_with_its_state_and_timers(
+        spark: Any, tmp_path: Path) -> None:
+    expected, report = assert_round_trip(spark, SECOND_TRANSFORM, tmp_path)
+    assert "Spark's operator 0: groupBy" in report.chained[0]
+    assert any(row[4] == "total" for batch, rows in expected.items()
+               if batch > report.batch_id for row in rows), \
+        "the chained step's timers must fire after the move back"
