@@ -105,12 +105,14 @@ def refuse_unstaged(where: str, operators: Sequence[QueryOperator]) -> None:
                 f"step is not exported yet (export-state stages aggregations, "
                 f"dropDuplicates, dropDuplicatesWithinWatermark and transformWithState); "
                 f"{fix}")
-        if index + 1 < len(chained):
+        if index + 1 < len(chained) and op.kind != TRANSFORM:
             raise ExportStateError(
                 f"{culprit}: a stateful step follows it ({chained[index + 1].label}); the "
-                f"records of that step cannot pass Spark's operator of this one without "
-                f"becoming its state, so export-state stages only chains whose last step is "
-                f"the only one after the first; {fix}")
+                f"staging rows of that step cannot pass Spark's operator of "
+                f"{KIND_WORDS.get(op.kind, op.kind)} without becoming its state (its "
+                f"buffers, or its seen keys), so export-state stages stateful steps after a "
+                f"chained step only when that step is a transformWithState (whose writer "
+                f"passes them on); {fix}")
 
 
 @dataclass(frozen=True)
@@ -349,13 +351,14 @@ def _zero(name: str, kind: Any) -> Any:
         f"this backend")
 
 
-def stage_step(frame: Any, export: ChainedExport) -> Any:
-    """Spark's own operator of the chained step over the rows meant for it."""
+def stage_step(frame: Any, export: ChainedExport, later: Sequence[ChainedExport] = ()) -> Any:
+    """Spark's own operator of the chained step over the rows meant for it (a
+    transformWithState also over those of the `later` steps, which it passes on)."""
     from pyspark.sql import functions as F
 
-    rows = frame.where(F.col(STEP) == export.position)
     if export.link.kind == TRANSFORM:
-        return _stage_transform(rows, export)
+        return _stage_transform(frame.where(F.col(STEP) >= export.position), export, later)
+    rows = frame.where(F.col(STEP) == export.position)
     if export.link.kind in (DEDUPLICATE, DEDUPLICATE_WITHIN_WATERMARK):
         return _stage_dedup(rows, export)
     return _stage_aggregation(rows, export, F)
@@ -382,10 +385,18 @@ def _stage_dedup(rows: Any, export: ChainedExport) -> Any:
             .dropDuplicatesWithinWatermark(list(plan.key_columns)))
 
 
-def _stage_transform(rows: Any, export: ChainedExport) -> Any:
+def passed_columns(later: Sequence[ChainedExport]) -> list[str]:
+    """What a chained transformWithState's writer passes on: the step column and the staging
+    columns of the steps after it."""
+    return [STEP, *(field.name for field in staging_fields(later))] if later else []
+
+
+def _stage_transform(rows: Any, export: ChainedExport, later: Sequence[ChainedExport]) -> Any:
     """Spark's transformWithState of the step, its processor's state written by the step's
-    StateWriter from the records its rows carry (grouped by the step's key columns)."""
+    StateWriter from the records its rows carry (grouped by the step's key columns); the rows
+    of the later steps pass through it (in the null key's group) unchanged."""
     from pyspark.sql import functions as F
+    from pyspark.sql.types import IntegerType, StructField, StructType
 
     from pyspark_dstl.spark.moves.export_records import (
         EXPIRY,
@@ -405,7 +416,8 @@ def _stage_transform(rows: Any, export: ChainedExport) -> Any:
     records = [F.col(column(p, name)).alias(named[name]) for name in TRANSFORM_RECORD]
     staged = rows.select(*keys, F.col(column(p, "variable")).alias(VARIABLE),
                          *records[1:4], F.lit(None).cast("long").alias(EXPIRY),
-                         records[4], F.lit(None).cast("long").alias(WRITE_TIME))
+                         records[4], F.lit(None).cast("long").alias(WRITE_TIME),
+                         *passed_columns(later))
     time_mode = str(dict(link.record.get("state") or {}).get("time_mode", "none"))
     if time_mode == "event_time":
         staged = staged.withColumn(EVENT_COLUMN, F.lit(1).cast("timestamp")).withWatermark(
@@ -415,7 +427,9 @@ def _stage_transform(rows: Any, export: ChainedExport) -> Any:
     method = getattr(type(grouped), adapter.entry)
     if getattr(method, "__dstl_entry__", False):  # PySpark's own, also with the switch on
         method = method.__wrapped__
-    return method(grouped, statefulProcessor=export.writer, outputStructType="exported long",
+    output: Any = (StructType([StructField(STEP, IntegerType()), *staging_fields(later)])
+                   if later else "exported long")
+    return method(grouped, statefulProcessor=export.writer, outputStructType=output,
                   outputMode=adapter.output_mode, timeMode=PYSPARK_WORDS.get(time_mode, "None"))
 
 

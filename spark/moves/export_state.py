@@ -69,6 +69,7 @@ from pyspark_dstl.spark.moves.chain_export import (
     STEP,
     ChainedExport,
     ExportStateError,
+    passed_columns,
     plan_chain_export,
     refuse_unstaged,
     stage_step,
@@ -108,6 +109,7 @@ FIX = "export into a local directory (it can be copied elsewhere as a whole)"
 PANDAS_ENTRY, ROWS_ENTRY = "transformWithStateInPandas", "transformWithState"
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 OUTPUT = "exported long"
+INTEGRAL = ("byte", "short", "integer", "long")
 
 
 @dataclass(frozen=True)
@@ -367,7 +369,7 @@ def _chained_writers(source: Source, exports: tuple[ChainedExport, ...]
     import dataclasses
 
     done, transforms = [], {}
-    for export in exports:
+    for index, export in enumerate(exports):
         if export.link.kind != TRANSFORM:
             done.append(export)
             continue
@@ -382,12 +384,17 @@ def _chained_writers(source: Source, exports: tuple[ChainedExport, ...]
                           for n in names],
             "history": None if history is None else history.to_dict(),
             "time_mode": time_mode, "key_columns": list(export.link.key_columns)}
+        later = exports[index + 1:]
+        passed = passed_columns(later)
         writer = StateWriter(adapter.processor, [(n, declared[n].kind) for n in names],
                              book.parsed, {n: declared[n].schema for n in names},
                              {n: declared[n].key_schema for n in names
                               if declared[n].kind == "map"}, adapter.entry == ROWS_ENTRY,
-                             [*export.link.key_columns, *RECORD_NAMES,
-                              *([EVENT_COLUMN] if time_mode == "event_time" else [])])
+                             [*export.link.key_columns, *RECORD_NAMES, *passed,
+                              *([EVENT_COLUMN] if time_mode == "event_time" else [])],
+                             output_names=passed, step=export.position,
+                             integral=[STEP, *(f.name for f in staging_fields(later)
+                                               if f.dataType.typeName() in INTEGRAL)])
         done.append(dataclasses.replace(export, writer=writer))
     return tuple(done), transforms
 
@@ -627,8 +634,8 @@ def _run_staging(spark: Any, source: Source, writer: StateWriter, call: tuple[st
         method = pyspark_method(df.groupBy(*key_columns), entry_name)
         out = method(statefulProcessor=writer, outputStructType=output, outputMode=output_mode,
                      timeMode=PYSPARK_WORDS.get(source.time_mode, "None"))
-        for export in exports:
-            out = stage_step(out, export)
+        for index, export in enumerate(exports):
+            out = stage_step(out, export, exports[index + 1:])
         query = (out.writeStream.format("noop").outputMode("update")  # runs every task
                  .option("checkpointLocation", str(staging)).trigger(once=True).start())
         query.awaitTermination()

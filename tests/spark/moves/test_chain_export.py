@@ -270,3 +270,38 @@ def test_a_chained_transform_with_state_keeps_its_ttl_expiries_and_timers_in_spa
         theirs[("items", row["key"][0], "")] = ([e["value"]["v"] for e in elements],
                                                min(e["ttlExpirationMs"] for e in elements))
     assert mine == theirs
+
+
+THREE_STEPS = ChainScenario(
+    "three_stateful_steps", RelayWithCloser,
+    lambda first: first.groupBy("k").transformWithStateInPandas(
+        Tally(), TALLY_SCHEMA, "Append", "EventTime", eventTimeColumnName="at")
+    .groupBy(F.window("at", "10 seconds")).count(), restart_after=None)
+
+
+@pytest.mark.slow  # a round trip: about 40-80 s
+def test_steps_after_a_chained_transform_with_state_go_back_through_its_writer(
+        spark: Any, tmp_path: Path) -> None:
+    _, report = assert_round_trip(spark, THREE_STEPS, tmp_path)
+    assert [line.split(":")[0] for line in report.chained] == [
+        "Spark's operator 1", "Spark's operator 0"]
+
+
+def test_a_stateful_step_after_a_deduplication_is_refused_by_name_before_any_write(
+        spark: Any, tmp_path: Path) -> None:
+    scenario = ChainScenario(
+        "dedup_then_tally", RelayWithCloser,
+        lambda first: first.dropDuplicates(["k", "at"]).groupBy("k")
+        .transformWithStateInPandas(Tally(), TALLY_SCHEMA, "Append", "EventTime"),
+        restart_after=None)
+    location = one_batch_location(spark, scenario, tmp_path)
+    before = files_without_leases(location)
+    with engine_settings(spark, "dropin"), pytest.raises(ExportStateError) as refused:
+        export_state(spark, str(location), str(tmp_path / "back"), RelayWithCloser(),
+                     query=chain_query(spark, scenario, tmp_path / "in"))
+    first = str(refused.value).splitlines()[0]
+    assert first.startswith(f"checkpoint location {str(location)!r}, step 1 ")
+    assert "(Spark's operator 1): a stateful step follows it" in first
+    assert "cannot pass Spark's operator of dropDuplicates without becoming its state" in first
+    assert not (tmp_path / "back").exists()
+    assert files_without_leases(location) == before
