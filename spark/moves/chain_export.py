@@ -2,7 +2,7 @@
 those steps write their state in the same staging query as the first step (export_state.py),
 from this backend's state of each step, so the chained query goes on on PySpark's operators
 with exactly the state this backend's steps held after batch M. The mirror of
-chain_import.py: the same pairs of buffers, the same refusals.
+chain_import.py: the same pairs of buffers, its refusals and one more (below).
 
 The staging query has the user's chain of stateful operators, in the same number, order and
 kinds, so Spark gives each the operator id it has in the user's query (the step nearest the
@@ -15,7 +15,17 @@ in the writer's task); each chained step of the staging query takes the rows mea
   per key as many rows as its largest count (generated inside the JVM), count over the rows
   that count, sum, min and max over one row holding the value, avg over one row holding the
   sum and count-1 rows of 0, first and last over the value in every row (same ignoreNulls);
-- `dropDuplicates`: one row per seen key.
+- `dropDuplicates`: one row per seen key; `dropDuplicatesWithinWatermark`: one row per seen
+  key whose event time is its expiry less the watermark delay;
+- a transformWithState: one row per record of its state (values, list elements, map entries,
+  timers, as export_records.py reads the first step's), grouped by the step's key columns into
+  Spark's transformWithState of the step, whose processor is the step's own StateWriter
+  (export_writer.py): its processor declares the variables, the records are written into them.
+  Its TTL'd records travel in the staging batch of their write time, as the first step's (the
+  two steps' write times make one list of stages), so Spark computes the same expiries; its
+  processing-time timers are written before any is due. The rows of the steps after it pass
+  through its writer unchanged (their step column is not its own), so a chain such as
+  transformWithState, transformWithState, aggregation goes back whole.
 
 Spark checks a resumed operator's state schema against the stored one ignoring field names but
 not nullability in one direction (a nullable stored field against a non-null one of the query
@@ -24,10 +34,10 @@ so). PySpark 4.3 stores these operators' schemas with every field nullable, wher
 passes either way; the staging does not rely on that.
 
 Refused by name (Spark's operator id, the step, why), before anything is written: what
-chain_import.py refuses (session windows, collect_list, decimal sum and avg), a step after an
-aggregation or a deduplication (its records cannot pass Spark's operator of that step without
-becoming its state), dropDuplicatesWithinWatermark and a second transformWithState (not yet
-staged; see docs/migration.md).
+chain_import.py refuses (session windows, collect_list, decimal sum and avg) and a stateful
+step after a chained aggregation or deduplication (the rows meant for it cannot pass Spark's
+operator of that step without becoming its state: an aggregation adds them to its buffers, a
+deduplication to its seen keys; no staging keeps them apart, and none is approximated).
 """
 
 from __future__ import annotations

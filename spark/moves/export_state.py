@@ -20,7 +20,10 @@ sources' positions, and a file sink's log with that batch id.
 A query that chains stateful steps after its transformWithState is exported with the chained
 query (`query=`): the staging query is the whole chain, Spark's own operators in the same
 number, order and kinds, and the first step's writer passes the chained steps' entries on to
-them (chain_export.py); each operator's state and metadata are placed under its Spark id.
+them (chain_export.py); a chained transformWithState gets a StateWriter of its own processor,
+its declarations checked as the first step's, and its TTL'd records staged by write time in
+the same batches as the first step's; each operator's state and metadata are placed under its
+Spark id.
 
 In order, each step crash-safe and repeated by a new attempt if a kill interrupted it (kill
 points `export_state_*`): the location is marked (a move marker in its Spark offset log, a
@@ -440,7 +443,8 @@ def _export(spark: Any, source: Source, processor: Any, target: Path, rows: bool
             "plan", json.dumps(plan))
         return read.options(**options).load()
 
-    ttl_case = F.lit(None).cast("long")
+    ttl_case = F.when(F.col(VARIABLE) == CHAINED_RECORD, F.lit(0)).otherwise(
+        F.lit(None).cast("long"))  # a chained step's EXPIRY is its expiry less its TTL
     for index, name in enumerate(names):
         if declared[name].ttl_ms is not None:
             ttl_case = F.when(F.col(VARIABLE) == index, F.lit(declared[name].ttl_ms)
