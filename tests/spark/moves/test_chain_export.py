@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 import pytest
 from pyspark.sql import functions as F
+from pyspark.sql.streaming import StatefulProcessor
 
 from pyspark_dstl import ExportStateError, export_state, read_state
 from pyspark_dstl.backend.fencing.epochs import EPOCHS_PREFIX
@@ -303,5 +304,31 @@ def test_a_stateful_step_after_a_deduplication_is_refused_by_name_before_any_wri
     assert first.startswith(f"checkpoint location {str(location)!r}, step 1 ")
     assert "(Spark's operator 1): a stateful step follows it" in first
     assert "cannot pass Spark's operator of dropDuplicates without becoming its state" in first
+    assert not (tmp_path / "back").exists()
+    assert files_without_leases(location) == before
+
+
+def test_a_chained_processor_declaring_other_state_is_refused_by_name_before_any_write(
+        spark: Any, tmp_path: Path) -> None:
+    class Tally(StatefulProcessor):  # the name the location recorded, other declarations
+        def init(self, handle: Any) -> None:
+            handle.getListState("tally", "n long")
+
+        def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Any:
+            return iter(())
+
+    location = one_batch_location(spark, SECOND_TRANSFORM, tmp_path)
+    before = files_without_leases(location)
+    changed = ChainScenario(
+        "changed_tally", RelayWithCloser,
+        lambda first: first.groupBy("k").transformWithStateInPandas(
+            Tally(), TALLY_SCHEMA, "Append", "EventTime"), restart_after=None)
+    with engine_settings(spark, "dropin"), pytest.raises(ExportStateError) as refused:
+        export_state(spark, str(location), str(tmp_path / "back"), RelayWithCloser(),
+                     query=chain_query(spark, changed, tmp_path / "in"))
+    first = str(refused.value).splitlines()[0]
+    assert first.startswith("step 1 groupBy(k).transformWithStateInPandas(...) (Spark's "
+                            "operator 0): state variable 'tally' (value state): Tally.init() "
+                            "declares it as list state")
     assert not (tmp_path / "back").exists()
     assert files_without_leases(location) == before
