@@ -30,7 +30,7 @@ from tests.support.chain_compare import (
     run_chain,
     write_step,
 )
-from tests.support.chain_processors import TALLY_SCHEMA, RelayWithCloser, Tally
+from tests.support.chain_processors import TALLY_SCHEMA, RelayWithCloser, Tally, TallyRows
 from tests.support.compat_processors import RunningCountPandas
 from tests.support.move_processors import Journey, spark_state
 from tests.support.tws_compare import session_conf, sorted_rows, write_input
@@ -202,6 +202,17 @@ def test_a_chained_transform_with_state_goes_back_to_pyspark_with_its_state_and_
     assert any(row[4] == "total" for batch, rows in expected.items()
                if batch > report.batch_id for row in rows), \
         "the chained step's timers must fire after the move back"
+
+
+@pytest.mark.slow  # a round trip: about 30-70 s
+def test_a_chained_row_api_transform_with_state_goes_back_to_pyspark(
+        spark: Any, tmp_path: Path) -> None:
+    scenario = ChainScenario(
+        "second_transform_with_state_rows", RelayWithCloser,
+        lambda first: first.groupBy("k").transformWithState(
+            TallyRows(), TALLY_SCHEMA, "Append", "EventTime"), restart_after=None)
+    _, report = assert_round_trip(spark, scenario, tmp_path)
+    assert "transformWithState(...)" in report.chained[0]
 
 
 def journeys_after_counts(spark: Any, inputs: Path) -> Any:
