@@ -2,7 +2,7 @@
 those steps write their state in the same staging query as the first step (export_state.py),
 from this backend's state of each step, so the chained query goes on on PySpark's operators
 with exactly the state this backend's steps held after batch M. The mirror of
-chain_import.py: the same pairs of buffers, the same refusals.
+chain_import.py: the same pairs of buffers, its refusals and one more (below).
 
 The staging query has the user's chain of stateful operators, in the same number, order and
 kinds, so Spark gives each the operator id it has in the user's query (the step nearest the
@@ -15,7 +15,17 @@ in the writer's task); each chained step of the staging query takes the rows mea
   per key as many rows as its largest count (generated inside the JVM), count over the rows
   that count, sum, min and max over one row holding the value, avg over one row holding the
   sum and count-1 rows of 0, first and last over the value in every row (same ignoreNulls);
-- `dropDuplicates`: one row per seen key.
+- `dropDuplicates`: one row per seen key; `dropDuplicatesWithinWatermark`: one row per seen
+  key whose event time is its expiry less the watermark delay;
+- a transformWithState: one row per record of its state (values, list elements, map entries,
+  timers, as export_records.py reads the first step's), grouped by the step's key columns into
+  Spark's transformWithState of the step, whose processor is the step's own StateWriter
+  (export_writer.py): its processor declares the variables, the records are written into them.
+  Its TTL'd records travel in the staging batch of their write time, as the first step's (the
+  two steps' write times make one list of stages), so Spark computes the same expiries; its
+  processing-time timers are written before any is due. The rows of the steps after it pass
+  through its writer unchanged (their step column is not its own), so a chain such as
+  transformWithState, transformWithState, aggregation goes back whole.
 
 Spark checks a resumed operator's state schema against the stored one ignoring field names but
 not nullability in one direction (a nullable stored field against a non-null one of the query
@@ -24,10 +34,10 @@ so). PySpark 4.3 stores these operators' schemas with every field nullable, wher
 passes either way; the staging does not rely on that.
 
 Refused by name (Spark's operator id, the step, why), before anything is written: what
-chain_import.py refuses (session windows, collect_list, decimal sum and avg), a step after an
-aggregation or a deduplication (its records cannot pass Spark's operator of that step without
-becoming its state), dropDuplicatesWithinWatermark and a second transformWithState (not yet
-staged; see docs/migration.md).
+chain_import.py refuses (session windows, collect_list, decimal sum and avg) and a stateful
+step after a chained aggregation or deduplication (the rows meant for it cannot pass Spark's
+operator of that step without becoming its state: an aggregation adds them to its buffers, a
+deduplication to its seen keys; no staging keeps them apart, and none is approximated).
 """
 
 from __future__ import annotations
@@ -53,13 +63,17 @@ from pyspark_dstl.spark.operator_list import QueryOperator
 from pyspark_dstl.spark.spark_errors import MoveError
 
 STEP = "dstl_export_step"  # the staging rows' chained step (0: none, a first-step record)
+EVENT_COLUMN = "__dstl_export_event"  # the staging rows' event time, at one second
 SAME_BUFFERS = ("count", "sum", "avg", "min", "max", "first", "last")
 KIND_WORDS = {
     AGGREGATE: "an aggregation", SESSION_AGGREGATE: "a session window aggregation",
     DEDUPLICATE: "dropDuplicates", DEDUPLICATE_WITHIN_WATERMARK: "dropDuplicatesWithinWatermark",
     TRANSFORM: "a transformWithState",
 }
-STAGED = (AGGREGATE, DEDUPLICATE, DEDUPLICATE_WITHIN_WATERMARK)
+STAGED = (AGGREGATE, DEDUPLICATE, DEDUPLICATE_WITHIN_WATERMARK, TRANSFORM)
+# a chained transformWithState's staging columns after its key columns (as its writer reads
+# them: the records' variable index, list position, value, map key and timer)
+TRANSFORM_RECORD = ("variable", "position", "value", "map_key", "timer")
 
 
 class ExportStateError(MoveError):
@@ -99,13 +113,16 @@ def refuse_unstaged(where: str, operators: Sequence[QueryOperator]) -> None:
             raise ExportStateError(
                 f"{culprit}: the state of {KIND_WORDS.get(op.kind, op.kind)} after the first "
                 f"step is not exported yet (export-state stages aggregations, "
-                f"dropDuplicates and dropDuplicatesWithinWatermark); {fix}")
-        if index + 1 < len(chained):
+                f"dropDuplicates, dropDuplicatesWithinWatermark and transformWithState); "
+                f"{fix}")
+        if index + 1 < len(chained) and op.kind != TRANSFORM:
             raise ExportStateError(
                 f"{culprit}: a stateful step follows it ({chained[index + 1].label}); the "
-                f"records of that step cannot pass Spark's operator of this one without "
-                f"becoming its state, so export-state stages only chains whose last step is "
-                f"the only one after the first; {fix}")
+                f"staging rows of that step cannot pass Spark's operator of "
+                f"{KIND_WORDS.get(op.kind, op.kind)} without becoming its state (its "
+                f"buffers, or its seen keys), so export-state stages stateful steps after a "
+                f"chained step only when that step is a transformWithState (whose writer "
+                f"passes them on); {fix}")
 
 
 @dataclass(frozen=True)
@@ -116,7 +133,8 @@ class ChainedExport:
     position: int
     operator: QueryOperator
     link: ChainLink
-    stager: Any  # AggregationStager | DedupStager
+    stager: Any  # AggregationStager | DedupStager | TransformStager
+    writer: Any = None  # a transformWithState's StateWriter (export_state.py makes it)
 
     def describe(self) -> str:
         return (f"Spark's operator {self.operator.spark_operator_id}: {self.link.label} as "
@@ -149,6 +167,8 @@ def plan_chain_export(where: str, operators: Sequence[QueryOperator],
         if link.kind == AGGREGATE:
             stager: Any = AggregationStager(op.position, link.processor.plan, grouped,
                                             _aggregation_fields(op.position, link))
+        elif link.kind == TRANSFORM:
+            stager = TransformStager(op.position, _transform_fields(op))
         else:
             stager = DedupStager(op.position, link.processor.plan, grouped,
                                  _dedup_fields(op.position, link))
@@ -208,6 +228,40 @@ def _dedup_fields(position: int, link: ChainLink) -> list[Any]:
     if plan.within_watermark:  # the event time whose expiry the key keeps (microseconds)
         keys.append(StructField(column(position, "time"), LongType()))
     return keys
+
+
+def _transform_fields(op: QueryOperator) -> list[Any]:
+    """Staging columns: the step's key columns (the types its commit records), then the
+    record columns of its writer."""
+    from pyspark.sql.types import (
+        BinaryType,
+        IntegerType,
+        LongType,
+        StructField,
+        _parse_datatype_string,
+    )
+
+    keys = [StructField(column(op.position, f"k{i}"), _parse_datatype_string(kind))
+            for i, kind in enumerate(op.key_types)]
+    kinds = (IntegerType(), IntegerType(), BinaryType(), BinaryType(), LongType())
+    return [*keys, *(StructField(column(op.position, name), kind)
+                     for name, kind in zip(TRANSFORM_RECORD, kinds, strict=True))]
+
+
+@dataclass(frozen=True)
+class TransformStager:
+    """A record of a chained transformWithState (export_records.py packs it: its grouping key
+    as `pack_key` bytes, the rest as one msgpack array) -> its staging row."""
+
+    position: int
+    fields: list[Any]
+
+    def row(self, key: bytes, raw: bytes) -> tuple[Any, ...]:
+        import msgpack
+
+        variable, position, value, map_key, timer = msgpack.unpackb(raw, raw=False)
+        return (*decode_key(key, "grouping key", grouped=False), variable, position, value,
+                map_key, timer)
 
 
 @dataclass(frozen=True)
@@ -307,10 +361,13 @@ def _zero(name: str, kind: Any) -> Any:
         f"this backend")
 
 
-def stage_step(frame: Any, export: ChainedExport) -> Any:
-    """Spark's own operator of the chained step over the rows meant for it."""
+def stage_step(frame: Any, export: ChainedExport, later: Sequence[ChainedExport] = ()) -> Any:
+    """Spark's own operator of the chained step over the rows meant for it (a
+    transformWithState also over those of the `later` steps, which it passes on)."""
     from pyspark.sql import functions as F
 
+    if export.link.kind == TRANSFORM:
+        return _stage_transform(frame.where(F.col(STEP) >= export.position), export, later)
     rows = frame.where(F.col(STEP) == export.position)
     if export.link.kind in (DEDUPLICATE, DEDUPLICATE_WITHIN_WATERMARK):
         return _stage_dedup(rows, export)
@@ -336,6 +393,54 @@ def _stage_dedup(rows: Any, export: ChainedExport) -> Any:
     return (rows.select(*named, time.alias(plan.event_time_column))
             .withWatermark(plan.event_time_column, f"{plan.delay_ms} milliseconds")
             .dropDuplicatesWithinWatermark(list(plan.key_columns)))
+
+
+def passed_columns(later: Sequence[ChainedExport]) -> list[str]:
+    """What a chained transformWithState's writer passes on: the step column and the staging
+    columns of the steps after it."""
+    return [STEP, *(field.name for field in staging_fields(later))] if later else []
+
+
+def _stage_transform(rows: Any, export: ChainedExport, later: Sequence[ChainedExport]) -> Any:
+    """Spark's transformWithState of the step, its processor's state written by the step's
+    StateWriter from the records its rows carry (grouped by the step's key columns); the rows
+    of the later steps pass through it (in the null key's group) unchanged."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import IntegerType, StructField, StructType
+
+    from pyspark_dstl.spark.moves.export_records import (
+        EXPIRY,
+        MAP_KEY,
+        POSITION,
+        TIMER,
+        VALUE,
+        VARIABLE,
+        WRITE_TIME,
+    )
+    from pyspark_dstl.spark.time.modes import PYSPARK_WORDS
+
+    p, link = export.position, export.link
+    keys = [F.col(column(p, f"k{i}")).alias(name) for i, name in enumerate(link.key_columns)]
+    named = dict(zip(TRANSFORM_RECORD, (VARIABLE, POSITION, VALUE, MAP_KEY, TIMER),
+                     strict=True))
+    records = [F.col(column(p, name)).alias(named[name]) for name in TRANSFORM_RECORD]
+    staged = rows.select(*keys, F.col(column(p, "variable")).alias(VARIABLE),
+                         *records[1:4], F.lit(None).cast("long").alias(EXPIRY),
+                         records[4], F.lit(None).cast("long").alias(WRITE_TIME),
+                         *passed_columns(later))
+    time_mode = str(dict(link.record.get("state") or {}).get("time_mode", "none"))
+    if time_mode == "event_time":
+        staged = staged.withColumn(EVENT_COLUMN, F.lit(1).cast("timestamp")).withWatermark(
+            EVENT_COLUMN, "0 seconds")
+    adapter = link.processor
+    grouped = staged.groupBy(*link.key_columns)
+    method = getattr(type(grouped), adapter.entry)
+    if getattr(method, "__dstl_entry__", False):  # PySpark's own, also with the switch on
+        method = method.__wrapped__
+    output: Any = (StructType([StructField(STEP, IntegerType()), *staging_fields(later)])
+                   if later else "exported long")
+    return method(grouped, statefulProcessor=export.writer, outputStructType=output,
+                  outputMode=adapter.output_mode, timeMode=PYSPARK_WORDS.get(time_mode, "None"))
 
 
 def _stage_aggregation(rows: Any, export: ChainedExport, F: Any) -> Any:

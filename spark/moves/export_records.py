@@ -17,6 +17,10 @@ past the last batch's is held to the last batch's (the value expires earlier in 
 list element is never written before the element ahead of it (Spark appends in batch order,
 so the element expires later in Spark).
 
+A chained step's store is read in the same partitions (its `step`): an aggregation's or a
+deduplication's entries raw, for the first stage; a chained transformWithState's records as the
+first step's, each packed into one record of kind CHAINED_RECORD, staged by its write time.
+
 Batch read: every record (the export plans its batches from their times). Stream read: one
 micro-batch per stage of the export (offset `{"stage": n}`), the records of that stage only;
 `stages` maps each write time to its stage (0 for records without a TTL, which Spark writes in
@@ -168,8 +172,43 @@ def records_of_partition(url: str, plan: Mapping[str, Any], partition: ExportPar
                          ) -> Iterator[tuple[Any, ...]]:
     if partition.step == 0:
         yield from records_of_store(url, plan, partition.info, stages, stage)
+        return
+    chained = next(c for c in plan.get("chained") or [] if int(c["position"]) == partition.step)
+    if chained.get("transform") is not None:  # its records by write time, as the first's
+        yield from transform_records(url, plan, chained, partition.info, stages, stage)
     elif stage is None or stage == 0:  # a chained step's entries: the first stage
         yield from chained_records(url, plan, partition.info, partition.step)
+
+
+def transform_records(url: str, plan: Mapping[str, Any], chained: Mapping[str, Any],
+                      info_json: str, stages: Mapping[int, int] | None, stage: int | None
+                      ) -> Iterator[tuple[Any, ...]]:
+    """The records of a chained transformWithState's store, read as the first step's (its
+    variables, TTLs and schema history), each packed into a record of kind CHAINED_RECORD:
+    MAP_KEY its grouping key (`pack_key`), VALUE the msgpack array (variable, position,
+    value, map key, timer) its stager unpacks; WRITE_TIME stays (the stages), EXPIRY is the
+    write time that keeps the expiry (the expiry less the variable's TTL: the export counts
+    the records whose write time had to differ), TIMER is set only for a processing-time
+    timer (the export keeps those from firing)."""
+    import msgpack
+
+    from pyspark_dstl.spark.codec.values import pack_key
+
+    transform = chained["transform"]
+    own = {**plan, "variables": transform["variables"], "history": transform["history"]}
+    width = len(plan["key_columns"])
+    keys = len(transform["key_columns"])
+    step = int(chained["position"])
+    processing = transform["time_mode"] == "processing_time"
+    ttls = [v["ttl_ms"] for v in transform["variables"]]
+    for row in records_of_store(url, own, info_json, stages, stage):
+        group, (variable, position, value, map_key, expiry, timer, at) = (
+            row[:keys], row[keys:])
+        packed = msgpack.packb([variable, position, value, map_key, timer], use_bin_type=True)
+        kept = (None if expiry is None or variable < 0 or ttls[variable] is None
+                else int(expiry) - int(ttls[variable]))
+        yield (*([None] * width), CHAINED_RECORD, step, packed, pack_key(group), kept,
+               timer if processing else None, at)
 
 
 def chained_records(url: str, plan: Mapping[str, Any], info_json: str, step: int

@@ -20,7 +20,10 @@ sources' positions, and a file sink's log with that batch id.
 A query that chains stateful steps after its transformWithState is exported with the chained
 query (`query=`): the staging query is the whole chain, Spark's own operators in the same
 number, order and kinds, and the first step's writer passes the chained steps' entries on to
-them (chain_export.py); each operator's state and metadata are placed under its Spark id.
+them (chain_export.py); a chained transformWithState gets a StateWriter of its own processor,
+its declarations checked as the first step's, and its TTL'd records staged by write time in
+the same batches as the first step's; each operator's state and metadata are placed under its
+Spark id.
 
 In order, each step crash-safe and repeated by a new attempt if a kill interrupted it (kill
 points `export_state_*`): the location is marked (a move marker in its Spark offset log, a
@@ -46,6 +49,7 @@ from pyspark_dstl.backend.fencing.lease import acquire
 from pyspark_dstl.backend.lineage.commit_log import CommitLog
 from pyspark_dstl.backend.lineage.schema_records import history_at
 from pyspark_dstl.backend.rescale.key_groups import key_groups_in
+from pyspark_dstl.spark.chain.links import TRANSFORM
 from pyspark_dstl.spark.codec.schema_history import canonical_schema
 from pyspark_dstl.spark.driver.ownership import (
     DONE,
@@ -64,15 +68,18 @@ from pyspark_dstl.spark.driver.ownership import (
 from pyspark_dstl.spark.driver.rescale_query import KEY_TYPES
 from pyspark_dstl.spark.locations import default_engine_checkpoint, to_url
 from pyspark_dstl.spark.moves.chain_export import (
+    EVENT_COLUMN,
     STEP,
     ChainedExport,
     ExportStateError,
+    passed_columns,
     plan_chain_export,
     refuse_unstaged,
     stage_step,
     staging_fields,
 )
 from pyspark_dstl.spark.moves.export_records import (
+    CHAINED_RECORD,
     EXPIRY,
     RECORD_NAMES,
     SOURCE_NAME,
@@ -104,8 +111,8 @@ log = logging.getLogger(__name__)
 FIX = "export into a local directory (it can be copied elsewhere as a whole)"
 PANDAS_ENTRY, ROWS_ENTRY = "transformWithStateInPandas", "transformWithState"
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-EVENT_COLUMN = "__dstl_export_event"
 OUTPUT = "exported long"
+INTEGRAL = ("byte", "short", "integer", "long")
 
 
 @dataclass(frozen=True)
@@ -323,23 +330,26 @@ def _chain_exports(source: Source, links: tuple[Any, ...], given: bool
     return plan_chain_export(where, source.operators, links, grouped)
 
 
-def _declarations(processor: Any, source: Source) -> tuple[dict[str, Declared], SchemaBook]:
+def _declarations(processor: Any, source: Source, operator: str | None = None,
+                  time_mode: str | None = None, step: str = ""
+                  ) -> tuple[dict[str, Declared], SchemaBook]:
     """What the processor's init() declares (run on a copy on the driver), checked against
-    the state the location holds."""
+    the state the location holds for `operator` (the first step by default; `step` names a
+    chained one in messages)."""
     from pyspark import cloudpickle
     from pyspark.sql.types import _parse_datatype_string
 
     book = SchemaBook(parse=_parse_datatype_string)
-    recorder = DeclarationRecorder(source.time_mode, book)
+    recorder = DeclarationRecorder(time_mode or source.time_mode, book)
     copy = cloudpickle.loads(cloudpickle.dumps(processor))
     copy.init(recorder)
     copy.close()
-    history = history_at(source.storage, source.operator, source.entry)
+    history = history_at(source.storage, operator or source.operator, source.entry)
     if history is not None:
         stored = history.records[history.current].declarations.variables
         for variable, declared in stored.items():
             mine = recorder.noted.get(variable)
-            what = f"state variable {variable!r} ({declared.kind} state)"
+            what = f"{step}state variable {variable!r} ({declared.kind} state)"
             if mine is None:
                 raise ExportStateError(f"{what} of the location is not declared by "
                                        f"{type(processor).__name__}.init(): give the "
@@ -354,12 +364,51 @@ def _declarations(processor: Any, source: Source) -> tuple[dict[str, Declared], 
     return recorder.noted, book
 
 
+def _chained_writers(source: Source, exports: tuple[ChainedExport, ...]
+                     ) -> tuple[tuple[ChainedExport, ...], dict[int, dict[str, Any]]]:
+    """Each chained transformWithState's StateWriter (its processor's declarations checked
+    against the step's state, as the first step's) and what the records source reads of it
+    (by step position); the other exports as they are."""
+    import dataclasses
+
+    done, transforms = [], {}
+    for index, export in enumerate(exports):
+        if export.link.kind != TRANSFORM:
+            done.append(export)
+            continue
+        op, adapter = export.operator, export.link.processor
+        time_mode = str(dict(op.record.get("state") or {}).get("time_mode", "none"))
+        step = f"step {op.position} {op.label} (Spark's operator {op.spark_operator_id}): "
+        declared, book = _declarations(adapter.processor, source, op.name, time_mode, step)
+        names = sorted(declared)
+        history = history_at(source.storage, op.name, source.entry)
+        transforms[export.position] = {
+            "variables": [{"name": n, "kind": declared[n].kind, "ttl_ms": declared[n].ttl_ms}
+                          for n in names],
+            "history": None if history is None else history.to_dict(),
+            "time_mode": time_mode, "key_columns": list(export.link.key_columns)}
+        later = exports[index + 1:]
+        passed = passed_columns(later)
+        writer = StateWriter(adapter.processor, [(n, declared[n].kind) for n in names],
+                             book.parsed, {n: declared[n].schema for n in names},
+                             {n: declared[n].key_schema for n in names
+                              if declared[n].kind == "map"}, adapter.entry == ROWS_ENTRY,
+                             [*export.link.key_columns, *RECORD_NAMES, *passed,
+                              *([EVENT_COLUMN] if time_mode == "event_time" else [])],
+                             output_names=passed, step=export.position,
+                             integral=[STEP, *(f.name for f in staging_fields(later)
+                                               if f.dataType.typeName() in INTEGRAL)])
+        done.append(dataclasses.replace(export, writer=writer))
+    return tuple(done), transforms
+
+
 def _export(spark: Any, source: Source, processor: Any, target: Path, rows: bool | None,
             output_mode: str | None, resumed: MoveRecord | None,
             exports: tuple[ChainedExport, ...]) -> ExportReport:
     from pyspark.sql import functions as F
 
     declared, book = _declarations(processor, source)
+    exports, transforms = _chained_writers(source, exports)
     entry_name = _entry(source, rows)
     mode = _output_mode(source, output_mode)
     commit = source.entry.operators[source.operator]
@@ -384,7 +433,8 @@ def _export(spark: Any, source: Source, processor: Any, target: Path, rows: bool
             "chained": [{"position": export.position,
                          "stores": {str(p): info.to_dict() for p, info in
                                     source.entry.operators[export.operator.name]
-                                    .stores.items()}}
+                                    .stores.items()},
+                         "transform": transforms.get(export.position)}
                         for export in exports]}
     spark.dataSource.register(ExportRecordsSource)
 
@@ -393,13 +443,18 @@ def _export(spark: Any, source: Source, processor: Any, target: Path, rows: bool
             "plan", json.dumps(plan))
         return read.options(**options).load()
 
-    ttl_case = F.lit(None).cast("long")
+    ttl_case = F.when(F.col(VARIABLE) == CHAINED_RECORD, F.lit(0)).otherwise(
+        F.lit(None).cast("long"))  # a chained step's EXPIRY is its expiry less its TTL
     for index, name in enumerate(names):
         if declared[name].ttl_ms is not None:
             ttl_case = F.when(F.col(VARIABLE) == index, F.lit(declared[name].ttl_ms)
                               ).otherwise(ttl_case)
+    # processing-time timers: the first step's in that mode, a chained step's (its records
+    # carry TIMER only then)
+    processing_timer = F.when((F.col(VARIABLE) == CHAINED_RECORD) | F.lit(
+        source.time_mode == "processing_time"), F.col(TIMER))
     summary = reader().groupBy(WRITE_TIME).agg(
-        F.count(F.lit(1)).alias("records"), F.min(TIMER).alias("first_timer"),
+        F.count(F.lit(1)).alias("records"), F.min(processing_timer).alias("first_timer"),
         F.sum(F.when(F.col(EXPIRY) - ttl_case != F.col(WRITE_TIME), 1).otherwise(0)
               ).alias("held")
     ).collect()
@@ -485,10 +540,11 @@ def _stages(source: Source, times: list[int], first_timer: int | None, now_ms: i
             ) -> tuple[dict[str, int], dict[int, int]]:
     """(write time -> stage, as the records source takes it; stage -> the processing time of
     its batch). Stage 0 is the staging query's first batch (any processing time): records
-    without a TTL, and timers unless they are processing-time timers."""
+    without a TTL, and timers unless some step holds processing-time timers (`first_timer`,
+    the earliest of them): then every timer goes in stage 1, before it is due."""
     stages = {str(t): i + 1 for i, t in enumerate(times)}
     stage_times = {i + 1: t for i, t in enumerate(times)}
-    if source.time_mode == "processing_time" and first_timer is not None:
+    if first_timer is not None:
         if not stage_times:
             stage_times[1] = min(now_ms, first_timer - 1)
         stages[str(TIMER_RECORD)] = 1
@@ -582,8 +638,8 @@ def _run_staging(spark: Any, source: Source, writer: StateWriter, call: tuple[st
         method = pyspark_method(df.groupBy(*key_columns), entry_name)
         out = method(statefulProcessor=writer, outputStructType=output, outputMode=output_mode,
                      timeMode=PYSPARK_WORDS.get(source.time_mode, "None"))
-        for export in exports:
-            out = stage_step(out, export)
+        for index, export in enumerate(exports):
+            out = stage_step(out, export, exports[index + 1:])
         query = (out.writeStream.format("noop").outputMode("update")  # runs every task
                  .option("checkpointLocation", str(staging)).trigger(once=True).start())
         query.awaitTermination()

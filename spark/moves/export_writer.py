@@ -7,7 +7,10 @@ the export runs (none should: export_state.py plans the batches so) is left alon
 
 It emits a row only for each record of a step the query chains after it (a stored entry of
 that step, kind CHAINED_RECORD): that step's `Stager` (chain_export.py) types it into the
-staging columns Spark's operator of the step reads; the record writes no state here.
+staging columns Spark's operator of the step reads; the record writes no state here. The writer
+of a chained transformWithState with stateful steps after it passes their staging rows on as
+they came (their step column names them), so they reach Spark's operators of those steps
+without becoming this step's state.
 """
 
 from __future__ import annotations
@@ -70,8 +73,13 @@ class StateWriter(StatefulProcessor):
                  schemas: Mapping[str, str], value_schemas: Mapping[str, Any],
                  key_schemas: Mapping[str, Any], rows: bool, columns: list[str],
                  stagers: Mapping[int, Any] | None = None,
-                 output_names: Sequence[str] = ()) -> None:
+                 output_names: Sequence[str] = (), step: int | None = None,
+                 integral: Sequence[str] = ()) -> None:
         self.processor = processor
+        # a chained step's writer (`step`, its position) with steps after it: the rows of
+        # those steps (their step column not `step`) pass on unchanged, as `output_names`
+        self.step = step
+        self.integral = frozenset(integral)  # passed columns of integers (pandas: floats)
         self.stagers = dict(stagers or {})  # chained step -> its Stager (chain_export.py)
         self.output_names = list(output_names)  # step column, then every stager's columns
         self.columns = list(columns)  # the input's columns, in order
@@ -94,9 +102,14 @@ class StateWriter(StatefulProcessor):
                      for name, schema in self.key_schemas.items()}
 
     def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Iterator[Any]:
-        records = sorted(self._records(rows), key=lambda r: (r[VARIABLE], r[POSITION] or 0))
-        lists: dict[str, list[Any]] = {}
+        records = list(self._records(rows))
         staged: list[tuple[Any, ...]] = []
+        if self.step is not None and self.output_names:
+            staged = [tuple(self._passed(r[name], name) for name in self.output_names)
+                      for r in records if r[self.output_names[0]] != self.step]
+            records = [r for r in records if r[self.output_names[0]] == self.step]
+        records.sort(key=lambda r: (r[VARIABLE], r[POSITION] or 0))
+        lists: dict[str, list[Any]] = {}
         for record in records:
             index = int(record[VARIABLE])
             if index == CHAINED_RECORD:
@@ -117,6 +130,13 @@ class StateWriter(StatefulProcessor):
         for name, elements in lists.items():
             self.state[name].appendList(elements)
         return self._emitted(staged)
+
+    def _passed(self, value: Any, name: str) -> Any:
+        """A passed value as it came: pandas hands an integer column with nulls over as
+        floats."""
+        if value is None or name not in self.integral:
+            return value
+        return int(value)
 
     def _staged(self, step: int, record: Mapping[str, Any]) -> tuple[Any, ...]:
         """A chained step's record as a full staging row: its columns, None elsewhere."""

@@ -8,6 +8,7 @@ by name). Each names its output's event-time column `at`.
   in the very batch a chained step reads, as Spark's chain tests rely on).
 - `Tally`: a second transformWithState: per call one "seen" row at the newest `at` of the call;
   per key a timer 10 s after it, firing a "total" row with the count and sum.
+- `TallyRows`: `Tally` in the Row API (transformWithState).
 - `Backdated`: emits its rows one minute before their event time (older than the watermark
   for late events once it passed them: Spark refuses such rows).
 """
@@ -115,6 +116,35 @@ class Tally(StatefulProcessor):
         at = expiredTimerInfo.getExpiryTimeInMs()
         yield pd.DataFrame({"k": [key[0]], "n": [n], "total": [total], "at": [_stamp(at)],
                             "tag": ["total"]})
+
+
+class TallyRows(StatefulProcessor):
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.tally = handle.getValueState("tally", _TALLY)
+
+    def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: Any) -> Iterator[Row]:
+        n, total, newest = self.tally.get() if self.tally.exists() else (0, 0, None)
+        called = 0
+        for row in rows:
+            n += 1
+            called += 1
+            total += int(row.v)
+            ms = int(pd.Timestamp(row.at).value // 1_000_000)
+            newest = ms if newest is None else max(newest, ms)
+        self.tally.update((n, total, newest))
+        for expiry in list(self.handle.listTimers()):
+            self.handle.deleteTimer(expiry)
+        self.handle.registerTimer(newest + TALLY_GAP_MS)
+        yield Row(k=key[0], n=called, total=total, at=_stamp(newest).to_pydatetime(),
+                  tag="seen")
+
+    def handleExpiredTimer(self, key: Any, timerValues: Any,
+                           expiredTimerInfo: Any) -> Iterator[Row]:
+        n, total, _ = self.tally.get()
+        self.tally.clear()
+        at = expiredTimerInfo.getExpiryTimeInMs()
+        yield Row(k=key[0], n=n, total=total, at=_stamp(at).to_pydatetime(), tag="total")
 
 
 class Backdated(StatefulProcessor):

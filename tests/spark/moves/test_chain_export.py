@@ -8,13 +8,17 @@ anything is written."""
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 from pyspark.sql import functions as F
+from pyspark.sql.streaming import StatefulProcessor
 
-from pyspark_dstl import ExportStateError, export_state
+from pyspark_dstl import ExportStateError, export_state, read_state
 from pyspark_dstl.backend.fencing.epochs import EPOCHS_PREFIX
 from tests.support.chain_compare import (
     STEPS,
@@ -26,8 +30,10 @@ from tests.support.chain_compare import (
     run_chain,
     write_step,
 )
-from tests.support.chain_processors import RelayWithCloser
-from tests.support.tws_compare import session_conf, sorted_rows
+from tests.support.chain_processors import TALLY_SCHEMA, RelayWithCloser, Tally, TallyRows
+from tests.support.compat_processors import RunningCountPandas
+from tests.support.move_processors import Journey, spark_state
+from tests.support.tws_compare import session_conf, sorted_rows, write_input
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
@@ -180,3 +186,160 @@ def test_drop_duplicates_within_watermark_goes_back_to_pyspark_with_its_expiries
                              restart_after=None)
     _, report = assert_round_trip(spark, scenario, tmp_path)
     assert "dropDuplicatesWithinWatermark" in report.chained[0]
+
+
+SECOND_TRANSFORM = ChainScenario(
+    "second_transform_with_state", RelayWithCloser,
+    lambda first: first.groupBy("k").transformWithStateInPandas(
+        Tally(), TALLY_SCHEMA, "Append", "EventTime"), restart_after=None)
+
+
+@pytest.mark.slow  # a round trip: about 30-70 s
+def test_a_chained_transform_with_state_goes_back_to_pyspark_with_its_state_and_timers(
+        spark: Any, tmp_path: Path) -> None:
+    expected, report = assert_round_trip(spark, SECOND_TRANSFORM, tmp_path)
+    assert "Spark's operator 0: groupBy" in report.chained[0]
+    assert any(row[4] == "total" for batch, rows in expected.items()
+               if batch > report.batch_id for row in rows), \
+        "the chained step's timers must fire after the move back"
+
+
+@pytest.mark.slow  # a round trip: about 30-70 s
+def test_a_chained_row_api_transform_with_state_goes_back_to_pyspark(
+        spark: Any, tmp_path: Path) -> None:
+    scenario = ChainScenario(
+        "second_transform_with_state_rows", RelayWithCloser,
+        lambda first: first.groupBy("k").transformWithState(
+            TallyRows(), TALLY_SCHEMA, "Append", "EventTime"), restart_after=None)
+    _, report = assert_round_trip(spark, scenario, tmp_path)
+    assert "transformWithState(...)" in report.chained[0]
+
+
+def journeys_after_counts(spark: Any, inputs: Path) -> Any:
+    """A running count per user, then Journey (value, list and map state with TTL, processing-
+    time timers) as the chained transformWithState, over the counts."""
+    counts = (spark.readStream.schema("user string, v long").option("maxFilesPerTrigger", 1)
+              .parquet(str(inputs)).groupBy("user").transformWithStateInPandas(
+                  RunningCountPandas(), "user string, count long", "Update", "None"))
+    return counts.withColumnRenamed("count", "v").groupBy("user").transformWithStateInPandas(
+        Journey(), Journey.OUTPUT, "Update", "ProcessingTime")
+
+
+@pytest.mark.slow  # about 40 s
+def test_a_chained_transform_with_state_keeps_its_ttl_expiries_and_timers_in_spark(
+        spark: Any, tmp_path: Path) -> None:
+    """Read back through Spark's own state reader (operator 0, the chained step): every value,
+    list element, map entry, TTL expiry and processing-time timer of the chained step, as
+    this backend's reader shows them; its TTL'd values were written in two batches."""
+    inputs, location, exported = tmp_path / "in", tmp_path / "location", tmp_path / "exported"
+    frames = [pd.DataFrame({"user": ["a", "b", "a"], "v": pd.array([1, 5, 3], dtype="int64")}),
+              pd.DataFrame({"user": ["b", "c"], "v": pd.array([7, 10], dtype="int64")})]
+    with engine_settings(spark, "dropin"):
+        for index, frame in enumerate(frames):
+            if index:  # a later processing time: the second batch's writes expire later
+                started = time.time()
+                while time.time() - started < 1.2:
+                    time.sleep(0.1)
+            write_input(inputs, index, frame)
+            query = (journeys_after_counts(spark, inputs).writeStream.outputMode("update")
+                     .foreachBatch(lambda frame, batch: None).trigger(once=True)
+                     .option("checkpointLocation", str(location)).start())
+            query.awaitTermination()
+        ours = read_state(spark, str(location), operator="stateful.1").toPandas()
+        report = export_state(spark, str(location), str(exported), RunningCountPandas(),
+                              query=journeys_after_counts(spark, inputs),
+                              query_output_mode="update")
+    assert report.batch_id == 1 and report.spark_batches >= 3  # stage 0, two write times
+
+    mine: dict[tuple[str, str, str], Any] = {}
+    for row in ours.itertuples():
+        key = json.loads(row.key)[0]
+        if row.kind == "timer":
+            mine[("timers", key, row.value)] = int(row.value)
+        elif row.kind == "map":
+            mine[(row.state_variable, key, row.map_key)] = (json.loads(row.value)[0],
+                                                            int(row.expires_at_ms))
+        elif row.state_variable in ("count", "items"):
+            values = json.loads(row.value)
+            mine[(row.state_variable, key, "")] = (
+                [v[0] for v in values] if row.kind == "list" else values[0],
+                int(row.expires_at_ms))
+    assert len({value[1] for name, value in mine.items() if name[0] == "count"}) == 2, \
+        "the chained step's TTL'd values must have been written at two processing times"
+    theirs: dict[tuple[str, str, str], Any] = {}
+    for row in spark_state(spark, exported, 1, operatorId="0", readRegisteredTimers="true"):
+        expiry = row["expiration_timestamp_ms"]
+        theirs[("timers", row["key"][0], str(expiry))] = expiry
+    for row in spark_state(spark, exported, 1, operatorId="0", stateVarName="pages"):
+        theirs[("pages", row["key"][0], json.dumps(list(row["user_map_key"])))] = (
+            row["user_map_value"]["value"]["hits"], row["user_map_value"]["ttlExpirationMs"])
+    for row in spark_state(spark, exported, 1, operatorId="0", stateVarName="count"):
+        theirs[("count", row["key"][0], "")] = (row["value"]["value"]["n"],
+                                               row["value"]["ttlExpirationMs"])
+    for row in spark_state(spark, exported, 1, operatorId="0", stateVarName="items",
+                           flattenCollectionTypes="false"):
+        elements = row["list_value"]
+        theirs[("items", row["key"][0], "")] = ([e["value"]["v"] for e in elements],
+                                               min(e["ttlExpirationMs"] for e in elements))
+    assert mine == theirs
+
+
+THREE_STEPS = ChainScenario(
+    "three_stateful_steps", RelayWithCloser,
+    lambda first: first.groupBy("k").transformWithStateInPandas(
+        Tally(), TALLY_SCHEMA, "Append", "EventTime", eventTimeColumnName="at")
+    .groupBy(F.window("at", "10 seconds")).count(), restart_after=None)
+
+
+@pytest.mark.slow  # a round trip: about 40-80 s
+def test_steps_after_a_chained_transform_with_state_go_back_through_its_writer(
+        spark: Any, tmp_path: Path) -> None:
+    _, report = assert_round_trip(spark, THREE_STEPS, tmp_path)
+    assert [line.split(":")[0] for line in report.chained] == [
+        "Spark's operator 1", "Spark's operator 0"]
+
+
+def test_a_stateful_step_after_a_deduplication_is_refused_by_name_before_any_write(
+        spark: Any, tmp_path: Path) -> None:
+    scenario = ChainScenario(
+        "dedup_then_tally", RelayWithCloser,
+        lambda first: first.dropDuplicates(["k", "at"]).groupBy("k")
+        .transformWithStateInPandas(Tally(), TALLY_SCHEMA, "Append", "EventTime"),
+        restart_after=None)
+    location = one_batch_location(spark, scenario, tmp_path)
+    before = files_without_leases(location)
+    with engine_settings(spark, "dropin"), pytest.raises(ExportStateError) as refused:
+        export_state(spark, str(location), str(tmp_path / "back"), RelayWithCloser(),
+                     query=chain_query(spark, scenario, tmp_path / "in"))
+    first = str(refused.value).splitlines()[0]
+    assert first.startswith(f"checkpoint location {str(location)!r}, step 1 ")
+    assert "(Spark's operator 1): a stateful step follows it" in first
+    assert "cannot pass Spark's operator of dropDuplicates without becoming its state" in first
+    assert not (tmp_path / "back").exists()
+    assert files_without_leases(location) == before
+
+
+def test_a_chained_processor_declaring_other_state_is_refused_by_name_before_any_write(
+        spark: Any, tmp_path: Path) -> None:
+    class Tally(StatefulProcessor):  # the name the location recorded, other declarations
+        def init(self, handle: Any) -> None:
+            handle.getListState("tally", "n long")
+
+        def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Any:
+            return iter(())
+
+    location = one_batch_location(spark, SECOND_TRANSFORM, tmp_path)
+    before = files_without_leases(location)
+    changed = ChainScenario(
+        "changed_tally", RelayWithCloser,
+        lambda first: first.groupBy("k").transformWithStateInPandas(
+            Tally(), TALLY_SCHEMA, "Append", "EventTime"), restart_after=None)
+    with engine_settings(spark, "dropin"), pytest.raises(ExportStateError) as refused:
+        export_state(spark, str(location), str(tmp_path / "back"), RelayWithCloser(),
+                     query=chain_query(spark, changed, tmp_path / "in"))
+    first = str(refused.value).splitlines()[0]
+    assert first.startswith("step 1 groupBy(k).transformWithStateInPandas(...) (Spark's "
+                            "operator 0): state variable 'tally' (value state): Tally.init() "
+                            "declares it as list state")
+    assert not (tmp_path / "back").exists()
+    assert files_without_leases(location) == before
