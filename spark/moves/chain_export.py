@@ -433,14 +433,25 @@ def _stage_transform(rows: Any, export: ChainedExport, later: Sequence[ChainedEx
         staged = staged.withColumn(EVENT_COLUMN, F.lit(1).cast("timestamp")).withWatermark(
             EVENT_COLUMN, "0 seconds")
     adapter = link.processor
-    grouped = staged.groupBy(*link.key_columns)
-    method = getattr(type(grouped), adapter.entry)
-    if getattr(method, "__dstl_entry__", False):  # PySpark's own, also with the switch on
-        method = method.__wrapped__
+    method = pyspark_method(staged.groupBy(*link.key_columns), adapter.entry)
     output: Any = (StructType([StructField(STEP, IntegerType()), *staging_fields(later)])
                    if later else "exported long")
-    return method(grouped, statefulProcessor=export.writer, outputStructType=output,
+    return method(statefulProcessor=export.writer, outputStructType=output,
                   outputMode=adapter.output_mode, timeMode=PYSPARK_WORDS.get(time_mode, "None"))
+
+
+def pyspark_method(grouped: Any, name: str) -> Any:
+    """PySpark's own GroupedData method, also while the switch is installed."""
+    method = getattr(type(grouped), name, None)
+    if method is None:
+        import pyspark
+
+        raise ExportStateError(f"{name}: PySpark {pyspark.__version__} has no {name}, the call "
+                               f"the query makes; run the export (and the query) on a PySpark "
+                               f"release that has it")
+    if getattr(method, "__dstl_entry__", False):
+        method = method.__wrapped__
+    return lambda *args, **kwargs: method(grouped, *args, **kwargs)
 
 
 def _stage_aggregation(rows: Any, export: ChainedExport, F: Any) -> Any:

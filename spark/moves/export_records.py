@@ -29,6 +29,7 @@ its first batch whatever its processing time).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import tempfile
@@ -216,27 +217,35 @@ def chained_records(url: str, plan: Mapping[str, Any], info_json: str, step: int
     """Every stored entry of a chained step's store (its timers left out: Spark's operators
     of those steps evict by the watermark), as (key bytes, value bytes) in a record of kind
     CHAINED_RECORD; the export's writer decodes them (chain_export.py)."""
-    info = StoreCommit.from_dict(json.loads(info_json))
-    operator, number = split_store_id(info.store_id)
     width = len(plan["key_columns"])
     rows: list[tuple[Any, ...]] = []
+    with _stored(url, plan, info_json) as store:
+        for cf in store.column_families():
+            if not cf.startswith("value/"):
+                continue
+            for key, raw in store.iterator(cf):
+                rows.append((*([None] * width), CHAINED_RECORD, step, bytes(raw), bytes(key),
+                             None, None, None))
+    yield from rows
+
+
+@contextlib.contextmanager
+def _stored(url: str, plan: Mapping[str, Any], info_json: str) -> Iterator[Any]:
+    """The store of one state partition at the exported batch, read-only, restored into a
+    scratch directory that goes with it."""
+    info = StoreCommit.from_dict(json.loads(info_json))
+    operator, number = split_store_id(info.store_id)
     scratch = tempfile.mkdtemp(prefix="dstl-export-")
     settings = {**plan["settings"], "spark.dstl.stateStore.localDir": scratch}
     try:
         with StateBackend(BackendSettings.from_mapping(settings)) as backend:
             store = backend.provider(url, operator, number).get_store(info.version, info)
             try:
-                for cf in store.column_families():
-                    if not cf.startswith("value/"):
-                        continue
-                    for key, raw in store.iterator(cf):
-                        rows.append((*([None] * width), CHAINED_RECORD, step, bytes(raw),
-                                     bytes(key), None, None, None))
+                yield store
             finally:
                 store.abort()
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    yield from rows
 
 
 def write_time(expiry: int | None, ttl_ms: int | None, now_ms: int
@@ -263,8 +272,6 @@ def records_of_store(url: str, plan: Mapping[str, Any], info_json: str,
     """The records of one state partition (of one stage when `stage` is given)."""
     import msgpack
 
-    info = StoreCommit.from_dict(json.loads(info_json))
-    operator, number = split_store_id(info.store_id)
     now_ms = int(plan["now_ms"])
     variables = [(str(v["name"]), str(v["kind"]), v["ttl_ms"]) for v in plan["variables"]]
     index = {name: i for i, (name, _, _) in enumerate(variables)}
@@ -283,23 +290,14 @@ def records_of_store(url: str, plan: Mapping[str, Any], info_json: str,
         return stage is None or stages is None or stage_of(at, is_timer, stages) == stage
 
     rows: list[tuple[Any, ...]] = []
-    scratch = tempfile.mkdtemp(prefix="dstl-export-")
-    settings = {**plan["settings"], "spark.dstl.stateStore.localDir": scratch}
-    try:
-        with StateBackend(BackendSettings.from_mapping(settings)) as backend:
-            store = backend.provider(url, operator, number).get_store(info.version, info)
-            try:
-                for cf in store.column_families():
-                    kind, _, name = cf.partition("/")
-                    for key, raw in store.iterator(cf):
-                        for row, at, is_timer in _records(
-                                kind, cf, name, key, raw, grouped, index, fields, timed):
-                            if keep(at, is_timer):
-                                rows.append(row)
-            finally:
-                store.abort()
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    with _stored(url, plan, info_json) as store:
+        for cf in store.column_families():
+            kind, _, name = cf.partition("/")
+            for key, raw in store.iterator(cf):
+                for row, at, is_timer in _records(kind, cf, name, key, raw, grouped, index,
+                                                  fields, timed):
+                    if keep(at, is_timer):
+                        rows.append(row)
     yield from rows
 
 

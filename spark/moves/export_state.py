@@ -74,6 +74,7 @@ from pyspark_dstl.spark.moves.chain_export import (
     ExportStateError,
     passed_columns,
     plan_chain_export,
+    pyspark_method,
     refuse_unstaged,
     stage_step,
     staging_fields,
@@ -590,20 +591,6 @@ def _session_settings(spark: Any, settings: Mapping[str, str]) -> Iterator[None]
                 spark.conf.unset(key)
             else:
                 spark.conf.set(key, value)
-
-
-def pyspark_method(grouped: Any, name: str) -> Any:
-    """PySpark's own GroupedData method, also while the switch is installed."""
-    method = getattr(type(grouped), name, None)
-    if method is None:
-        import pyspark
-
-        raise ExportStateError(f"{name}: PySpark {pyspark.__version__} has no {name}, the call "
-                               f"the query makes; run the export (and the query) on a PySpark "
-                               f"release that has it")
-    if getattr(method, "__dstl_entry__", False):
-        method = method.__wrapped__
-    return lambda *args, **kwargs: method(grouped, *args, **kwargs)
 
 
 def _run_staging(spark: Any, source: Source, writer: StateWriter, call: tuple[str, str],

@@ -131,3 +131,51 @@ def spark_state(spark: Any, checkpoint: Path, batch_id: int, **options: str) -> 
     for name, value in options.items():
         reader = reader.option(name, value)
     return list(reader.load(str(checkpoint)).collect())
+
+
+JourneyEntries = dict[tuple[str, str, str], Any]
+
+
+def journey_entries_here(frame: Any) -> JourneyEntries:
+    """A Journey's state as this backend's state reader gives it (a pandas frame): (variable,
+    key, map key or timer) -> (value, TTL expiry), a timer -> its time."""
+    import json
+
+    entries: JourneyEntries = {}
+    for row in frame.itertuples():
+        key = json.loads(row.key)[0]
+        if row.kind == "timer":
+            entries[("timers", key, row.value)] = int(row.value)
+        elif row.kind == "map":
+            entries[(row.state_variable, key, row.map_key)] = (json.loads(row.value)[0],
+                                                               int(row.expires_at_ms))
+        elif row.state_variable in ("count", "items"):
+            values = json.loads(row.value)
+            entries[(row.state_variable, key, "")] = (
+                [v[0] for v in values] if row.kind == "list" else values[0],
+                int(row.expires_at_ms))
+    return entries
+
+
+def journey_entries_in_spark(spark: Any, checkpoint: Path, batch_id: int,
+                             **options: str) -> JourneyEntries:
+    """The same entries of a Spark checkpoint, read by Spark's own `statestore` source
+    (`options`: e.g. the operatorId of a chained step)."""
+    import json
+
+    entries: JourneyEntries = {}
+    for row in spark_state(spark, checkpoint, batch_id, readRegisteredTimers="true", **options):
+        expiry = row["expiration_timestamp_ms"]
+        entries[("timers", row["key"][0], str(expiry))] = expiry
+    for row in spark_state(spark, checkpoint, batch_id, stateVarName="pages", **options):
+        entries[("pages", row["key"][0], json.dumps(list(row["user_map_key"])))] = (
+            row["user_map_value"]["value"]["hits"], row["user_map_value"]["ttlExpirationMs"])
+    for row in spark_state(spark, checkpoint, batch_id, stateVarName="count", **options):
+        entries[("count", row["key"][0], "")] = (row["value"]["value"]["n"],
+                                                row["value"]["ttlExpirationMs"])
+    for row in spark_state(spark, checkpoint, batch_id, stateVarName="items",
+                           flattenCollectionTypes="false", **options):
+        elements = row["list_value"]
+        entries[("items", row["key"][0], "")] = ([e["value"]["v"] for e in elements],
+                                                min(e["ttlExpirationMs"] for e in elements))
+    return entries

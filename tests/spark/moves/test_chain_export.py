@@ -8,7 +8,6 @@ anything is written."""
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -32,7 +31,7 @@ from tests.support.chain_compare import (
 )
 from tests.support.chain_processors import TALLY_SCHEMA, RelayWithCloser, Tally, TallyRows
 from tests.support.compat_processors import RunningCountPandas
-from tests.support.move_processors import Journey, spark_state
+from tests.support.move_processors import Journey, journey_entries_here, journey_entries_in_spark
 from tests.support.tws_compare import session_conf, sorted_rows, write_input
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
@@ -251,37 +250,10 @@ def test_a_chained_transform_with_state_keeps_its_ttl_expiries_and_timers_in_spa
                               query_output_mode="update")
     assert report.batch_id == 1 and report.spark_batches >= 3  # stage 0, two write times
 
-    mine: dict[tuple[str, str, str], Any] = {}
-    for row in ours.itertuples():
-        key = json.loads(row.key)[0]
-        if row.kind == "timer":
-            mine[("timers", key, row.value)] = int(row.value)
-        elif row.kind == "map":
-            mine[(row.state_variable, key, row.map_key)] = (json.loads(row.value)[0],
-                                                            int(row.expires_at_ms))
-        elif row.state_variable in ("count", "items"):
-            values = json.loads(row.value)
-            mine[(row.state_variable, key, "")] = (
-                [v[0] for v in values] if row.kind == "list" else values[0],
-                int(row.expires_at_ms))
+    mine = journey_entries_here(ours)
     assert len({value[1] for name, value in mine.items() if name[0] == "count"}) == 2, \
         "the chained step's TTL'd values must have been written at two processing times"
-    theirs: dict[tuple[str, str, str], Any] = {}
-    for row in spark_state(spark, exported, 1, operatorId="0", readRegisteredTimers="true"):
-        expiry = row["expiration_timestamp_ms"]
-        theirs[("timers", row["key"][0], str(expiry))] = expiry
-    for row in spark_state(spark, exported, 1, operatorId="0", stateVarName="pages"):
-        theirs[("pages", row["key"][0], json.dumps(list(row["user_map_key"])))] = (
-            row["user_map_value"]["value"]["hits"], row["user_map_value"]["ttlExpirationMs"])
-    for row in spark_state(spark, exported, 1, operatorId="0", stateVarName="count"):
-        theirs[("count", row["key"][0], "")] = (row["value"]["value"]["n"],
-                                               row["value"]["ttlExpirationMs"])
-    for row in spark_state(spark, exported, 1, operatorId="0", stateVarName="items",
-                           flattenCollectionTypes="false"):
-        elements = row["list_value"]
-        theirs[("items", row["key"][0], "")] = ([e["value"]["v"] for e in elements],
-                                               min(e["ttlExpirationMs"] for e in elements))
-    assert mine == theirs
+    assert mine == journey_entries_in_spark(spark, exported, 1, operatorId="0")
 
 
 THREE_STEPS = ChainScenario(

@@ -8,7 +8,6 @@ behind refuse the engine that no longer owns them."""
 from __future__ import annotations
 
 import io
-import json
 import os
 import time
 from collections.abc import Callable
@@ -23,7 +22,12 @@ from pyspark_dstl import LocationMovedError, export_state, read_state
 from pyspark_dstl.cli import main as cli_main
 from tests.support.compat_processors import RunningCountPandas
 from tests.support.compat_runs import write_inputs
-from tests.support.move_processors import Journey, SessionRows, spark_state
+from tests.support.move_processors import (
+    Journey,
+    SessionRows,
+    journey_entries_here,
+    journey_entries_in_spark,
+)
 from tests.support.tws_compare import (
     COMPARE_SETTINGS,
     PYSPARK_STATE_SETTINGS,
@@ -207,35 +211,7 @@ def test_the_exported_checkpoint_holds_the_state_with_its_expiries_and_timers(
                          f"{Journey.__module__}:Journey"], out=printed) == 0
     assert printed.getvalue().startswith("exported batch 1: ")
 
-    mine: dict[tuple[str, str, str], Any] = {}
-    for row in ours.itertuples():
-        key = json.loads(row.key)[0]
-        if row.kind == "timer":
-            mine[("timers", key, row.value)] = int(row.value)
-        elif row.kind == "map":
-            mine[(row.state_variable, key, row.map_key)] = (json.loads(row.value)[0],
-                                                            int(row.expires_at_ms))
-        elif row.state_variable in ("count", "items"):
-            values = json.loads(row.value)
-            mine[(row.state_variable, key, "")] = (
-                [v[0] for v in values] if row.kind == "list" else values[0],
-                int(row.expires_at_ms))
-    theirs: dict[tuple[str, str, str], Any] = {}
-    for row in spark_state(spark, exported, 1, readRegisteredTimers="true"):
-        expiry = row["expiration_timestamp_ms"]
-        theirs[("timers", row["key"][0], str(expiry))] = expiry
-    for row in spark_state(spark, exported, 1, stateVarName="pages"):
-        theirs[("pages", row["key"][0], json.dumps(list(row["user_map_key"])))] = (
-            row["user_map_value"]["value"]["hits"], row["user_map_value"]["ttlExpirationMs"])
-    for row in spark_state(spark, exported, 1, stateVarName="count"):
-        theirs[("count", row["key"][0], "")] = (row["value"]["value"]["n"],
-                                               row["value"]["ttlExpirationMs"])
-    for row in spark_state(spark, exported, 1, stateVarName="items",
-                           flattenCollectionTypes="false"):
-        elements = row["list_value"]
-        theirs[("items", row["key"][0], "")] = ([e["value"]["v"] for e in elements],
-                                               min(e["ttlExpirationMs"] for e in elements))
-    assert mine == theirs
+    assert journey_entries_here(ours) == journey_entries_in_spark(spark, exported, 1)
 
 
 @pytest.mark.timeout(900)
