@@ -29,6 +29,7 @@ from pathlib import Path
 # 2 cores.
 TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "pyspark-dstl" / "jvm"
+KEPT = 4  # archives kept in the cache (about 190 MiB each)
 QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"  # a JVM the archive does not fit says nothing
 
 
@@ -79,6 +80,17 @@ def make_archive(path: Path) -> None:
             raise RuntimeError(f"the JVM class archive job failed ({run.returncode}): "
                                f"{run.stderr[-2000:]}")
         os.replace(partial, path)
+    _prune(path.parent)
+
+
+def _prune(cache: Path) -> None:
+    """Keep the KEPT newest archives: each checkout's environment has its own (the archive
+    names Spark's jars by path), and a clone per CI run would otherwise leave one each. A JVM
+    mapping a removed archive keeps its pages."""
+    made = sorted(cache.glob("spark-classes-*.jsa"), key=lambda p: p.stat().st_mtime,
+                  reverse=True)
+    for old in made[KEPT:]:
+        old.unlink(missing_ok=True)
 
 
 def _job(workdir: Path) -> None:
