@@ -365,6 +365,23 @@ def _declarations(processor: Any, source: Source, operator: str | None = None,
     return recorder.noted, book
 
 
+def _variables_plan(declared: Mapping[str, Declared]) -> list[dict[str, Any]]:
+    """The declared variables as the records source reads them, in name order (the order
+    of the writer's variable indexes)."""
+    return [{"name": n, "kind": declared[n].kind, "ttl_ms": declared[n].ttl_ms}
+            for n in sorted(declared)]
+
+
+def _writer(processor: Any, declared: Mapping[str, Declared], book: SchemaBook, rows: bool,
+            columns: list[str], *args: Any, **kwargs: Any) -> StateWriter:
+    """A StateWriter of `processor` for the variables its init() declared (name order)."""
+    names = sorted(declared)
+    return StateWriter(processor, [(n, declared[n].kind) for n in names], book.parsed,
+                       {n: declared[n].schema for n in names},
+                       {n: declared[n].key_schema for n in names
+                        if declared[n].kind == "map"}, rows, columns, *args, **kwargs)
+
+
 def _chained_writers(source: Source, exports: tuple[ChainedExport, ...]
                      ) -> tuple[tuple[ChainedExport, ...], dict[int, dict[str, Any]]]:
     """Each chained transformWithState's StateWriter (its processor's declarations checked
@@ -381,24 +398,19 @@ def _chained_writers(source: Source, exports: tuple[ChainedExport, ...]
         time_mode = str(dict(op.record.get("state") or {}).get("time_mode", "none"))
         step = f"step {op.position} {op.label} (Spark's operator {op.spark_operator_id}): "
         declared, book = _declarations(adapter.processor, source, op.name, time_mode, step)
-        names = sorted(declared)
         history = history_at(source.storage, op.name, source.entry)
         transforms[export.position] = {
-            "variables": [{"name": n, "kind": declared[n].kind, "ttl_ms": declared[n].ttl_ms}
-                          for n in names],
+            "variables": _variables_plan(declared),
             "history": None if history is None else history.to_dict(),
             "time_mode": time_mode, "key_columns": list(export.link.key_columns)}
         later = exports[index + 1:]
         passed = passed_columns(later)
-        writer = StateWriter(adapter.processor, [(n, declared[n].kind) for n in names],
-                             book.parsed, {n: declared[n].schema for n in names},
-                             {n: declared[n].key_schema for n in names
-                              if declared[n].kind == "map"}, adapter.entry == ROWS_ENTRY,
-                             [*export.link.key_columns, *RECORD_NAMES, *passed,
-                              *([EVENT_COLUMN] if time_mode == "event_time" else [])],
-                             output_names=passed, step=export.position,
-                             integral=[STEP, *(f.name for f in staging_fields(later)
-                                               if f.dataType.typeName() in INTEGRAL)])
+        writer = _writer(adapter.processor, declared, book, adapter.entry == ROWS_ENTRY,
+                         [*export.link.key_columns, *RECORD_NAMES, *passed,
+                          *([EVENT_COLUMN] if time_mode == "event_time" else [])],
+                         output_names=passed, step=export.position,
+                         integral=[STEP, *(f.name for f in staging_fields(later)
+                                           if f.dataType.typeName() in INTEGRAL)])
         done.append(dataclasses.replace(export, writer=writer))
     return tuple(done), transforms
 
@@ -425,8 +437,7 @@ def _export(spark: Any, source: Source, processor: Any, target: Path, rows: bool
     now_ms = int(source.time.get("now_ms", source.entry.created_ms))
     plan = {"now_ms": now_ms, "key_columns": [list(k) for k in zip(key_columns, key_types,
                                                                     strict=True)],
-            "variables": [{"name": n, "kind": declared[n].kind, "ttl_ms": declared[n].ttl_ms}
-                          for n in names],
+            "variables": _variables_plan(declared),
             "history": None if history is None else history.to_dict(),
             "stores": {str(p): info.to_dict() for p, info in commit.stores.items()},
             "settings": source.settings.backend_settings,
@@ -473,14 +484,11 @@ def _export(spark: Any, source: Source, processor: Any, target: Path, rows: bool
         if scratch.exists():
             shutil.rmtree(scratch)
         staging, assembled = scratch / "staging", scratch / "checkpoint"
-        writer = StateWriter(processor, [(n, declared[n].kind) for n in names],
-                             book.parsed, {n: declared[n].schema for n in names},
-                             {n: declared[n].key_schema for n in names
-                              if declared[n].kind == "map"}, entry_name == ROWS_ENTRY,
-                             [*key_columns, *RECORD_NAMES,
-                              *([EVENT_COLUMN] if source.time_mode == "event_time" else [])],
-                             {export.position: export.stager for export in exports},
-                             [STEP, *(field.name for field in staging_fields(exports))])
+        writer = _writer(processor, declared, book, entry_name == ROWS_ENTRY,
+                         [*key_columns, *RECORD_NAMES,
+                          *([EVENT_COLUMN] if source.time_mode == "event_time" else [])],
+                         {export.position: export.stager for export in exports},
+                         [STEP, *(field.name for field in staging_fields(exports))])
         _run_staging(spark, source, writer, (entry_name, mode), key_columns, partitions,
                      staging, json.dumps(plan), stages, stage_times, exports)
         kill_point("export_state_staged")
