@@ -24,9 +24,10 @@ from tests.support.backend import OPERATOR, BackendEnv, apply, entry_of, file_en
 
 STORE = f"{OPERATOR}/0"
 EVERY_SECOND = MaterializerSettings(interval=None, every_n_commits=2)
-# How long the proxy holds a snapshot's manifest upload: the test runs a cleanup in that
-# window and asserts that the manifest had not landed yet, so a hold too short fails loudly.
-HOLD = 10.0  # generous: a loaded 2-core machine once took more than 6 s for that window
+# The proxy holds a snapshot's manifest upload until the test releases it: the test runs a
+# cleanup in that window and asserts that the manifest had not landed yet. HOLD only bounds
+# the window if a test fails before its release.
+HOLD = 120.0
 Model = dict[bytes, bytes]
 
 
@@ -70,8 +71,9 @@ def manifest_landed(env: BackendEnv, snapshot: tuple[int, str]) -> bool:
 
 
 def hold_next_manifest(s3: S3Env) -> int:
-    """Delay the next manifest upload by HOLD s; returns how many had started before."""
-    s3.proxy.add_rule(FaultRule("delay", method="PUT", path_contains=".snapshot", delay=HOLD,
+    """Hold the next manifest upload until the test releases it; returns how many had started
+    before."""
+    s3.proxy.add_rule(FaultRule("hold", method="PUT", path_contains=".snapshot", delay=HOLD,
                                 times=1))
     return s3.proxy.count("PUT", ".snapshot")
 
@@ -258,6 +260,7 @@ def test_a_snapshot_whose_uploaded_files_a_cleanup_took_is_not_adopted(
         assert not manifest_landed(made, snapshot), "the hold ended before the cleanup did"
         taken = [p for p in report.files if "/sst/2_" in p or "/meta/2_" in p]
         assert taken, "the cleanup should have taken the snapshot's uploaded files"
+        s3.proxy.release_held()
         a.wait_for_snapshot()
         assert manifest_landed(made, snapshot)
         info4 = b.commit(info3, model, {b"k4": b"4"})
@@ -297,6 +300,7 @@ def test_a_snapshot_whose_reused_files_a_cleanup_took_is_not_adopted(
         report = cleanup_checkpoint(made.storage, retain=3, dry_run=False)
         assert report.stores[0].floor == 3
         assert not manifest_landed(made, second), "the hold ended before the cleanup did"
+        s3.proxy.release_held()
         a.wait_for_snapshot()
         manifest = made.storage.loop.run(aread_manifest(made.storage,
                                                         snapshot_path(STORE, *second)))
@@ -331,6 +335,7 @@ def test_a_snapshot_that_outlived_the_retention_window_is_still_adopted(
             report = cleanup_checkpoint(made.storage, retain=2, dry_run=False)
             assert report.stores[0].floor == 2  # lowered to the snapshot in flight
             assert infos[-1].pending_snapshot == snapshot
+        s3.proxy.release_held()
         a.wait_for_snapshot()
         infos.append(a.commit(infos[-1], model, {b"k7": b"7"}))
         made.commit_log().write(6, entry_of(6, infos[-1]))

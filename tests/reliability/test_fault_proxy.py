@@ -3,6 +3,7 @@ itself forwards, counts and injects as documented."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 
@@ -153,6 +154,24 @@ async def test_delay_rule_delays_the_request_and_then_forwards_it(s3: S3Env) -> 
     # About time by nature: only a lower bound, which load cannot break.
     assert time.monotonic() - started >= 0.3
     assert s3.direct_get("slow") == b"x"
+
+
+async def test_hold_rule_forwards_the_request_only_once_released(s3: S3Env) -> None:
+    store = open_storage(s3.url, s3.options.with_changes(attempt_timeout=60.0))
+    s3.proxy.add_rule(FaultRule("hold", method="PUT", delay=60.0, times=1))
+    try:
+        upload = asyncio.ensure_future(store.put_if_absent("held", b"x"))
+        deadline = time.monotonic() + 30
+        while s3.proxy.count("PUT", "held") == 0:
+            assert time.monotonic() < deadline, "the upload never reached the proxy"
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.3)
+        assert not upload.done() and "held" not in s3.direct_keys()
+        s3.proxy.release_held()
+        await asyncio.wait_for(upload, 30)
+    finally:
+        await store.close()
+    assert s3.direct_get("held") == b"x"
 
 
 async def test_latency_model_adds_its_delay_to_every_request(s3: S3Env,

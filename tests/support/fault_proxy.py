@@ -24,8 +24,9 @@ from multidict import CIMultiDict
 
 from pyspark_dstl.core.loop import EventLoopThread
 
-FaultAction = Literal["delay", "status", "reset", "lose_response", "timeout", "slow_response"]
-ACTIONS: tuple[str, ...] = ("delay", "status", "reset", "lose_response", "timeout",
+FaultAction = Literal["delay", "hold", "status", "reset", "lose_response", "timeout",
+                      "slow_response"]
+ACTIONS: tuple[str, ...] = ("delay", "hold", "status", "reset", "lose_response", "timeout",
                             "slow_response")
 DEFAULT_CODES = {400: "InvalidRequest", 403: "AccessDenied", 404: "NoSuchKey",
                  409: "ConditionalRequestConflict", 412: "PreconditionFailed",
@@ -56,6 +57,9 @@ class FaultRule:
     """One fault. `path_contains` matches the request target (path and query string).
 
     delay          sleep `delay` s, then forward (dropped if the client gave up meanwhile)
+    hold           wait until the test calls `release_held()` (at most `delay` s, a
+                   backstop), then forward as "delay" does: a window that lasts exactly as
+                   long as the test needs it, however loaded the machine
     status         answer `status` with an S3 XML error (`code`, default by status), not
                    forwarded
     reset          drop the connection with a TCP reset, not forwarded
@@ -145,10 +149,17 @@ class FaultControl:
         self._random = random.Random(seed)
         self._latency: Callable[[RequestInfo], float] | None = None
         self._active = 0
+        self._released = threading.Event()
 
     def add_rule(self, rule: FaultRule) -> None:
         with self._lock:
             self._rules.append(_ActiveRule(rule))
+            if rule.action == "hold":
+                self._released.clear()
+
+    def release_held(self) -> None:
+        """Let every request a "hold" rule holds (and any it holds later) go on."""
+        self._released.set()
 
     def clear_rules(self) -> None:
         with self._lock:
@@ -307,6 +318,11 @@ class FaultProxy(FaultControl):
             return await self._forward(request, entry)
         if rule.action == "delay":
             await asyncio.sleep(rule.delay)
+            return await self._forward(request, entry)
+        if rule.action == "hold":
+            deadline = time.monotonic() + rule.delay
+            while not self._released.is_set() and time.monotonic() < deadline:
+                await asyncio.sleep(POLL)
             return await self._forward(request, entry)
         if rule.action == "status":
             return await self._error(request, entry, rule)
