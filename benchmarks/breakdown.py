@@ -491,6 +491,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     stats: TaskStats = {}
     with scratch(args, "breakdown") as work:
         spark = build_session(master="local[2]", app_name="pyspark-dstl-breakdown",
+                              spark_defaults=True,
                               extra={**spark_e2e.SPARK_STATE_CONF, **UI_SETTINGS,
                                      "spark.sql.shuffle.partitions": "4",
                                      "spark.sql.streaming.numRecentProgressUpdates": "1000"})

@@ -200,6 +200,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                                  "spark_state_conf": SPARK_STATE_CONF})
     with scratch(args, "change-feed") as work:
         spark = build_session(master="local[2]", app_name="pyspark-dstl-bench",
+                              spark_defaults=True,
                               extra={**SPARK_STATE_CONF, "spark.dstl.query.logProgress": "false",
                                      "spark.sql.shuffle.partitions": str(plan["partitions"])})
         try:

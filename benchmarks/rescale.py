@@ -221,7 +221,8 @@ def run_spark(args: argparse.Namespace, plan: dict[str, Any], work: Path,
 
     from tests.support.spark import build_session
 
-    spark = build_session(master="local[2]", app_name="pyspark-dstl-bench-rescale", extra={
+    spark = build_session(master="local[2]", app_name="pyspark-dstl-bench-rescale",
+                          spark_defaults=True, extra={
         "spark.sql.shuffle.partitions": str(plan["from"]),
         "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER})
     try:

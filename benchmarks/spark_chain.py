@@ -196,6 +196,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                                  "window": "10 seconds", "spark_state_conf": SPARK_STATE_CONF})
     with scratch(args, "spark-chain") as work:
         spark = build_session(master="local[2]", app_name="pyspark-dstl-bench-chain",
+                              spark_defaults=True,
                               extra={**SPARK_STATE_CONF,
                                      "spark.sql.shuffle.partitions": str(plan["partitions"]),
                                      "spark.dstl.query.logProgress": "false"})

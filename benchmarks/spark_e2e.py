@@ -412,6 +412,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                                  "rounds_of_slow_modes": 1})
     with scratch(args, "spark") as work:
         spark = build_session(master="local[2]", app_name="pyspark-dstl-bench",
+                              spark_defaults=True,
                               extra={**SESSION_CONF,
                                      "spark.sql.shuffle.partitions": str(plan["partitions"])})
         try:

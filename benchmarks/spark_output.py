@@ -298,6 +298,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                                  "memory_sample_seconds": SAMPLE_SECONDS})
     with scratch(args, "output") as work:
         spark = build_session(master="local[2]", app_name="pyspark-dstl-bench-output",
+                              spark_defaults=True,
                               extra={"spark.sql.shuffle.partitions": str(plan["partitions"])})
         try:
             with profiled(args):

@@ -436,6 +436,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "spark_state_conf": SPARK_STATE_CONF})
     with scratch(args, "timers") as work:
         spark = build_session(master="local[2]", app_name="pyspark-dstl-bench",
+                              spark_defaults=True,
                               extra={**SPARK_STATE_CONF,
                                      "spark.sql.shuffle.partitions": str(plan["partitions"]),
                                      "spark.sql.streaming.numRecentProgressUpdates": "1000"})

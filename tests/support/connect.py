@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.support.spark import REPO_ROOT, WORKER_SITE, free_port
+from tests.support.spark import REPO_ROOT, WORKER_SITE, free_port, in_process_checkpoint_files
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 STARTED = "Spark Connect server started at"
@@ -41,6 +41,7 @@ class ConnectServer:
             "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "4",
             "spark.pyspark.python": sys.executable,
             "spark.sql.streaming.pollingDelay": "10ms",
+            **in_process_checkpoint_files(),
         }
         command = [str(spark_home() / "bin" / "spark-submit"), "--class", SERVER_CLASS,
                    "--name", "dstl-connect-tests", "--master", "local[2]"]

@@ -24,10 +24,31 @@ from pyspark_dstl.spark import (
 from tests.support.paths import REPO_ROOT
 
 DEFAULT_MASTER = "local[2,4]"
+CHECKPOINT_FILE_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
 
 
-def session_settings(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The settings every test session uses, plus `extra`."""
+def in_process_checkpoint_files() -> dict[str, str]:
+    """Spark's file-system-based checkpoint file manager for the tests' sessions.
+
+    Spark's default manager renames through Hadoop's FileContext, which on a local directory
+    without Hadoop's native library starts a `readlink` process for every path it renames
+    (about 40 per micro-batch of a small stateful query here: offsets, commits and state
+    files, each with its checksum file); the file-system-based one, Spark's own and chosen by
+    this setting, renames in the JVM. Both engines of a comparison run on it; what they write
+    is the same files. The benchmarks keep Spark's default: they measure what users run."""
+    import pyspark
+
+    major_minor = tuple(int(part) for part in pyspark.__version__.split(".")[:2])
+    package = "org.apache.spark.sql.execution.streaming"
+    if major_minor >= (4, 1):
+        package += ".checkpointing"
+    return {CHECKPOINT_FILE_MANAGER: f"{package}.FileSystemBasedCheckpointFileManager"}
+
+
+def session_settings(extra: Mapping[str, str] | None = None,
+                     spark_defaults: bool = False) -> dict[str, str]:
+    """The settings every test session uses, plus `extra`; `spark_defaults` leaves Spark's
+    checkpoint file manager as it is (the benchmarks)."""
     settings = {
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
@@ -43,6 +64,8 @@ def session_settings(extra: Mapping[str, str] | None = None) -> dict[str, str]:
         "spark.sql.streaming.noDataProgressEventInterval": "100ms",
         "spark.sql.execution.arrow.maxRecordsPerBatch": "100000",
     }
+    if not spark_defaults:
+        settings.update(in_process_checkpoint_files())
     settings.update(extra or {})
     return settings
 
@@ -64,13 +87,13 @@ def prepare_environment() -> None:
 
 
 def build_session(master: str = DEFAULT_MASTER, app_name: str = "pyspark-dstl-tests",
-                  extra: Mapping[str, str] | None = None) -> Any:
+                  extra: Mapping[str, str] | None = None, spark_defaults: bool = False) -> Any:
     """A new (or the running) SparkSession with `session_settings`."""
     prepare_environment()
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.master(master).appName(app_name)
-    for key, value in session_settings(extra).items():
+    for key, value in session_settings(extra, spark_defaults).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
