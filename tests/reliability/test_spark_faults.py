@@ -106,10 +106,15 @@ def lose_executor(cluster: StandaloneCluster, daemon: int, worker: int) -> int:
 
 
 def last_groups_of_partition(markers: Path, partition: int) -> tuple[int, int]:
-    """(daemon, worker) groups that processed `partition` in its latest batch."""
-    seen = [tuple(int(x) for x in p.name.split("-")[1:]) for p in markers.glob("seen-*")]
-    _, _, daemon, worker = max(s for s in seen if s[1] == partition)
-    return daemon, worker
+    """(daemon, worker) groups that processed `partition` last: in its latest batch, the
+    attempt that began last (a batch whose task was retried elsewhere has a marker from each
+    attempt, and the lost one's must not win by its process ids)."""
+    seen = []
+    for path in markers.glob("seen-*"):
+        batch, part, daemon, worker = (int(x) for x in path.name.split("-")[1:])
+        if part == partition:
+            seen.append(((batch, path.stat().st_mtime_ns), (daemon, worker)))
+    return max(seen)[1]
 
 
 def test_executor_loss_inside_a_batch_and_inside_a_snapshot_upload_keeps_exact_state(
