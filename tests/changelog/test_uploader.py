@@ -172,17 +172,18 @@ def test_slow_upload_is_hedged_and_the_hedge_wins(s3: S3Env) -> None:
     with ChangelogService(s3.url, hedging_options(s3)) as storage:
         warm_up(storage)
         before = hedge_counts(storage)
-        s3.proxy.add_rule(FaultRule("delay", method="PUT", delay=5.0, times=1))
+        s3.proxy.add_rule(FaultRule("hold", method="PUT", delay=60.0, times=1))
         writer = storage.create_writer("log")
         writer.append(0, b"payload")
         started = time.monotonic()
         handle = writer.persist(0).result(10)
         elapsed = time.monotonic() - started
-        # The held request takes 5 s; the hedge starts after at most 0.5 s (the cap) and has
-        # 4.5 s to land, room for a busy machine.
+        # The original is held until released; the hedge starts after at most 0.5 s (the cap)
+        # and lands on its own.
         assert elapsed < 4.0
         path = handle.paths[0]
         stored = s3.direct_get(path)
+        s3.proxy.release_held()
         assert s3.proxy.wait_idle(timeout=10)  # the held original has now landed or gone
         after = hedge_counts(storage)
         assert s3.direct_get(path) == stored
@@ -195,15 +196,17 @@ def test_a_second_twin_starts_when_the_first_is_slow_too(s3: S3Env) -> None:
     with ChangelogService(s3.url, hedging_options(s3, hedge_max_hedges=2)) as storage:
         warm_up(storage)
         before = hedge_counts(storage)
-        s3.proxy.add_rule(FaultRule("delay", method="PUT", delay=6.0, times=2))
+        s3.proxy.add_rule(FaultRule("hold", method="PUT", delay=60.0, times=2))
         writer = storage.create_writer("log")
         writer.append(0, b"payload")
         started = time.monotonic()
         handle = writer.persist(0).result(10)
         elapsed = time.monotonic() - started
-        # Original and first twin are held 6 s; the second twin starts within 2 x 0.5 s.
+        # Original and first twin are held until released; the second twin starts within
+        # 2 x 0.5 s.
         assert elapsed < 5.0
         assert [cs.entries for cs in storage.reader().read(handle)] == [((0, b"payload"),)]
+        s3.proxy.release_held()
         assert s3.proxy.wait_idle(timeout=10)
         after = hedge_counts(storage)
     assert (after[0] - before[0], after[1] - before[1]) == (2, 1)
