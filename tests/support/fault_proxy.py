@@ -162,8 +162,10 @@ class FaultControl:
         self._released.set()
 
     def clear_rules(self) -> None:
+        """No rules from now on; requests a "hold" rule still holds go on."""
         with self._lock:
             self._rules.clear()
+        self._released.set()
 
     def reset_log(self) -> None:
         with self._lock:
@@ -179,11 +181,13 @@ class FaultControl:
             self._latency = fn
 
     def reset(self) -> None:
-        """Back to transparent: no rules, no latency model, empty log."""
+        """Back to transparent: no rules, no latency model, empty log, nothing held (a test
+        that failed before releasing its hold does not hold the next one's requests)."""
         with self._lock:
             self._rules.clear()
             self._log.clear()
             self._latency = None
+        self._released.set()
 
     @property
     def log(self) -> list[RequestRecord]:
