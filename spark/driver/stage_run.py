@@ -37,6 +37,7 @@ from pyspark_dstl.spark.stage.partition import (
     stateful_task,
 )
 from pyspark_dstl.spark.stage.report import TaskReport
+from pyspark_dstl.spark.stage.worker_heap import freeze_imported_objects
 from pyspark_dstl.spark.time.clock import BatchClock
 
 ADAPTIVE_EXECUTION = "spark.sql.adaptive.enabled"
@@ -226,6 +227,7 @@ def never_pruned(frame: Any) -> Any:
 
 
 def _no_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    freeze_imported_objects()
     for _ in batches:
         pass
     return iter(())

@@ -57,6 +57,7 @@ from pyspark_dstl.spark.codec.values import (
     iter_elements,
     split_map_key,
 )
+from pyspark_dstl.spark.stage.worker_heap import freeze_imported_objects
 from pyspark_dstl.spark.time.timers import BY_EXPIRY_CF, BY_KEY_CF, EXPIRY_WIDTH, expiry_of
 
 SOURCE_NAME = "dstl-export"
@@ -128,6 +129,7 @@ class ExportReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         assert isinstance(partition, ExportPartition)
+        freeze_imported_objects()
         yield from records_of_partition(self.url, self.plan, partition, self.stages, None)
 
 
@@ -155,6 +157,7 @@ class ExportStreamReader(DataSourceStreamReader):
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         assert isinstance(partition, StagePartition)
+        freeze_imported_objects()
         yield from records_of_partition(self.batch.url, self.batch.plan, partition,
                                         self.batch.stages, partition.stage)
 

@@ -51,6 +51,7 @@ from pyspark_dstl.spark.readers.state_location import RETENTION_KEY, StateLocati
 from pyspark_dstl.spark.readers.statestore import read_target, settings_of
 from pyspark_dstl.spark.readers.statestore_options import StateSourceOptions
 from pyspark_dstl.spark.readers.statestore_schema import LIST, state_schema
+from pyspark_dstl.spark.stage.worker_heap import freeze_imported_objects
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow as AvailableNowMixin
@@ -212,6 +213,7 @@ class ChangeStreamReader(DataSourceStreamReader, AvailableNowMixin):
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         assert isinstance(partition, ChangePartition)
+        freeze_imported_objects()
         yield from self.plan.rows.rows(partition)
 
     def commit(self, end: dict[str, int]) -> None:

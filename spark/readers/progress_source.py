@@ -19,6 +19,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from pyspark_dstl.backend.lineage.commit_log import CommitEntry, CommitLog
 from pyspark_dstl.spark.stage.open_stores import executor_stores
+from pyspark_dstl.spark.stage.worker_heap import freeze_imported_objects
 
 SOURCE_NAME = "dstl-progress"
 SCHEMA = "__dstl_batch LONG, __dstl_metrics MAP<STRING, DOUBLE>"
@@ -64,6 +65,7 @@ class MetricsReader(DataSourceReader):
         per query). Exactly one row whatever happens: the branch is cross-joined to the
         query's input, which an empty branch would empty. A storage failure costs this batch
         its observed metrics, never the batch."""
+        freeze_imported_objects()
         running = running_batch()
         if running is None:
             yield self._read_row(None)

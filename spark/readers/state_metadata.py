@@ -29,6 +29,7 @@ from pyspark_dstl.spark.readers.state_location import (
     operator_names,
 )
 from pyspark_dstl.spark.readers.statestore import settings_of
+from pyspark_dstl.spark.stage.worker_heap import freeze_imported_objects
 
 SOURCE_NAME = "dstl-state-metadata"
 SCHEMA = ("operatorId BIGINT, operatorName STRING, stateStoreName STRING, numPartitions INT, "
@@ -157,6 +158,7 @@ class StateMetadataReader(DataSourceReader):
         return [InputPartition(0)]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        freeze_imported_objects()
         given = names.lowered(self.options)
         path = given.get(names.PATH.lower())
         if path is None:

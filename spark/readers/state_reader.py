@@ -46,6 +46,7 @@ from pyspark_dstl.spark.codec.values import (
 from pyspark_dstl.spark.pyspark_versions import register_data_source
 from pyspark_dstl.spark.query_settings import QUERY_PREFIX, DstlSettings
 from pyspark_dstl.spark.spark_errors import StateDecodingError
+from pyspark_dstl.spark.stage.worker_heap import freeze_imported_objects
 from pyspark_dstl.spark.time.timers import BY_EXPIRY_CF, BY_KEY_CF, EXPIRY_WIDTH, expiry_of
 
 SOURCE_NAME = "dstl-state"
@@ -127,6 +128,7 @@ class StateReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         assert isinstance(partition, StatePartition)
+        freeze_imported_objects()
         info = StoreCommit.from_dict(json.loads(partition.info))
         readers = value_readers(None if partition.history is None else
                                 SchemaHistory.from_dict(json.loads(partition.history)))

@@ -36,6 +36,7 @@ from pyspark_dstl.spark.readers.spark_rows import RowMaker
 from pyspark_dstl.spark.readers.state_location import OperatorAtBatch, StateLocation
 from pyspark_dstl.spark.readers.statestore_options import StateSourceOptions, parse_options
 from pyspark_dstl.spark.readers.statestore_schema import TIMERS, ReadTarget, state_schema
+from pyspark_dstl.spark.stage.worker_heap import freeze_imported_objects
 
 SOURCE_NAME = "dstl-statestore"
 SETTINGS_OPTION = "settings"
@@ -172,6 +173,7 @@ class StateStoreReader(DataSourceReader):
         return list(self.read_plan.partitions)
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        freeze_imported_objects()
         if isinstance(partition, ChangePartition):
             yield from self._changes(partition)
             return

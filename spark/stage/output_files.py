@@ -34,6 +34,7 @@ from pyspark_dstl.backend.backend_settings import BackendSettings
 from pyspark_dstl.changelog.changelog_service import ChangelogService
 from pyspark_dstl.changelog.storage.base import md5_hex
 from pyspark_dstl.spark.spark_errors import OutputFileError
+from pyspark_dstl.spark.stage.worker_heap import freeze_imported_objects
 
 OUTPUT_DIR = "output"
 SUFFIX = ".arrows"
@@ -166,6 +167,7 @@ class StagedOutput:
 
 def read_parts(files: OutputFileSet, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """mapInArrow function: the rows of the files whose indices arrive in `batches`."""
+    freeze_imported_objects()
     storage = output_storage(files.url, files.settings)
     for batch in batches:
         for index in batch.column(PART_ID_COLUMN).to_pylist():

@@ -35,6 +35,7 @@ from pyspark_dstl.spark.stage.output_files import (
 from pyspark_dstl.spark.stage.report import TaskReport
 from pyspark_dstl.spark.stage.runner import BatchTimes, run_processor
 from pyspark_dstl.spark.stage.upload_stats import upload_delta
+from pyspark_dstl.spark.stage.worker_heap import freeze_imported_objects
 from pyspark_dstl.spark.time.modes import NO_TIME
 from pyspark_dstl.spark.time.watermark import (
     drop_late_rows,
@@ -113,6 +114,7 @@ def _run_task(plan: TaskPlan, processor: AnyProcessor,
     if context is None:
         raise PartitioningError("the stateful task must run inside a Spark task")
     partition, attempt = context.partitionId(), context.attemptNumber()
+    freeze_imported_objects()  # before the clock: not a cost of this task's state
     clock = _Stopwatch()
     rows = _TaskInput.read(plan, partition, batches)
     clock.mark("read")

@@ -1,0 +1,72 @@
+"""A Python worker freezes the objects it holds before a task whenever it imported modules
+since its last freeze, so the full collection PySpark's daemon runs after every task visits
+only what later tasks made."""
+
+from __future__ import annotations
+
+import gc
+import os
+import sys
+import types
+from collections.abc import Iterator
+
+import pytest
+
+from pyspark_dstl.spark.stage import worker_heap
+from pyspark_dstl.spark.stage.worker_heap import freeze_imported_objects
+
+
+@pytest.fixture
+def unfrozen(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A process that has not frozen yet, thawed again after the test."""
+    monkeypatch.setattr(worker_heap, "_frozen_at", None)
+    gc.unfreeze()
+    yield
+    gc.unfreeze()
+
+
+def test_the_first_task_freezes_every_object_the_process_holds(unfrozen: None) -> None:
+    tracked = len(gc.get_objects())
+
+    assert freeze_imported_objects()
+
+    assert gc.get_freeze_count() >= tracked // 2
+    assert len(gc.get_objects()) < tracked // 10
+
+
+def test_a_task_after_no_new_import_does_not_freeze_again(unfrozen: None) -> None:
+    freeze_imported_objects()
+    frozen = gc.get_freeze_count()
+    garbage = [[] for _ in range(1000)]
+
+    assert not freeze_imported_objects()
+    assert gc.get_freeze_count() == frozen
+    del garbage
+
+
+def test_a_task_after_an_import_freezes_what_the_import_added(
+        unfrozen: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    freeze_imported_objects()
+    module = types.ModuleType("dstl_test_imported_later")
+    module.table = {str(n): [n] for n in range(1000)}  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    frozen = gc.get_freeze_count()
+
+    assert freeze_imported_objects()
+    assert gc.get_freeze_count() >= frozen + 1000
+
+
+def test_a_forked_worker_freezes_on_its_own_first_task(unfrozen: None) -> None:
+    freeze_imported_objects()
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # the forked worker: report whether its first task froze, then leave
+        os.close(read)
+        os.write(write, b"1" if freeze_imported_objects() else b"0")
+        os._exit(0)
+    os.close(write)
+    answer = os.read(read, 1)
+    os.close(read)
+    os.waitpid(child, 0)
+
+    assert answer == b"1"
