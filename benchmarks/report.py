@@ -22,7 +22,7 @@ DOC = REPO_ROOT / "docs" / "benchmarks.md"
 BENCHMARKS = ("checkpoint_duration", "hedging", "write_path", "recovery", "space", "spark_e2e",
               "spark_e2e_1e6", "spark_e2e_20k", "spark_timers", "spark_output", "rescale",
               "rescale_1e7", "rescale_1e7_s3", "breakdown", "perkey_task", "change_feed",
-              "spark_chain")
+              "spark_chain", "worker_gc")
 
 
 def md_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

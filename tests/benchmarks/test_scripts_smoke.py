@@ -36,6 +36,7 @@ TINY = {
     "rescale": ["--keys", "2000", "--rounds", "1"],
     "change_feed": ["--keys", "500", "--files", "2", "--rows", "600"],
     "spark_chain": ["--files", "2"],
+    "worker_gc": ["--tasks", "4", "--rounds", "2"],
 }
 RESULTS = {"spark_e2e": "spark_e2e_1e6"}  # scripts whose results file is named after the shape
 SCRIPT_TIMEOUT = 600  # a hang guard: five JVMs start at once beside the other test worker
@@ -177,6 +178,17 @@ def test_worker_memory_measures_each_store_count_in_a_process_of_its_own(runs: R
     for run in samples:
         assert 0 < run["baseline"] < run["loaded"] <= run["peak"]
         assert run["steady"] <= run["peak"]
+
+
+@pytest.mark.spark
+def test_worker_gc_times_the_collections_of_every_task_before_and_after_the_freeze(
+        runs: Runs) -> None:
+    result, _ = runs.result("worker_gc")
+    samples = result["samples"]
+    assert 1 <= len(samples) <= 4 and len({task["worker"] for task in samples}) == len(samples)
+    for task in samples:
+        assert len(task["before_ms"]) == len(task["after_ms"]) == 2
+        assert task["objects_after"] < task["objects_before"] // 10 < task["frozen"]
 
 
 @pytest.mark.spark
