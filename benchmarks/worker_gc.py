@@ -87,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     finally:
         spark.stop()
     samples = sorted((row.asDict() for row in rows), key=lambda sample: sample["worker"])
-    table = []
+    table: list[list[Any]] = []
     for sample in samples:  # worker ids: the order of the rows, not shown
         before, after = summarize(sample["before_ms"]), summarize(sample["after_ms"])
         table.append([f"worker {len(table) + 1}", sample["objects_before"], sample["objects_after"],
