@@ -185,6 +185,31 @@ def command_line() -> str:
     return f"python -m benchmarks.{module} {args}".strip()
 
 
+POOL_VARIABLE = "PYSPARK_DSTL_BENCH_WORKERS"
+
+
+@contextmanager
+def own_python_workers(spark: Any, contender: str) -> Iterator[None]:
+    """Python functions defined inside run in Python workers of `contender` alone.
+
+    Spark keeps one pool of Python workers per environment of the functions it runs, and a
+    function takes SparkContext.environment as it is when the function is defined: tagging
+    it gives each contender workers of its own for its warm-up and its measured runs. Without
+    that, Spark's own operators would run in workers whose objects this library's tasks froze
+    (spark/stage/worker_heap.py) and skip the full collections their users pay after every
+    task."""
+    environment = spark.sparkContext.environment
+    before = environment.get(POOL_VARIABLE)
+    environment[POOL_VARIABLE] = contender
+    try:
+        yield
+    finally:
+        if before is None:
+            environment.pop(POOL_VARIABLE, None)
+        else:
+            environment[POOL_VARIABLE] = before
+
+
 @contextmanager
 def scratch(args: argparse.Namespace, label: str) -> Iterator[Path]:
     """A scratch directory for one configuration, removed afterwards."""

@@ -37,6 +37,7 @@ from benchmarks.chain_jobs import FIRST_OUTPUT, INPUT_SCHEMA, TwsNewest, Vectori
 from benchmarks.harness import (
     Report,
     chosen_modes,
+    own_python_workers,
     parse_args,
     plan_of,
     profiled,
@@ -132,8 +133,9 @@ class Run:
 
     def run(self) -> dict[str, Any]:
         began = time.perf_counter()
-        query = self.start()
-        query.awaitTermination()
+        with own_python_workers(self.spark, self.mode):
+            query = self.start()
+            query.awaitTermination()
         wall = time.perf_counter() - began
         error = query.exception()
         if error is not None:

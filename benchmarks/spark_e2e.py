@@ -56,6 +56,7 @@ import pandas as pd
 from benchmarks.harness import (
     Report,
     chosen_modes,
+    own_python_workers,
     parse_args,
     plan_of,
     profiled,
@@ -263,8 +264,9 @@ class Run:
 
     def run(self, local_dir: Path) -> dict[str, Any]:
         began = time.perf_counter()
-        query = self.start(local_dir)
-        query.awaitTermination()
+        with own_python_workers(self.spark, self.mode):
+            query = self.start(local_dir)
+            query.awaitTermination()
         wall = time.perf_counter() - began
         error = query.exception()
         if error is not None:

@@ -38,6 +38,7 @@ import pyarrow.parquet as pq
 from benchmarks.harness import (
     Report,
     chosen_modes,
+    own_python_workers,
     parse_args,
     plan_of,
     profiled,
@@ -283,8 +284,9 @@ class Run:
     def run(self) -> dict[str, Any]:
         load_before = os.getloadavg()[0]
         began = time.perf_counter()
-        query = self.start()
-        query.awaitTermination()
+        with own_python_workers(self.spark, self.mode):
+            query = self.start()
+            query.awaitTermination()
         wall = time.perf_counter() - began
         load = [round(load_before, 2), round(os.getloadavg()[0], 2)]
         error = query.exception()
