@@ -6,9 +6,12 @@ modules it imported once (PySpark, pandas, pyarrow, this library; about 100k obj
 36 ms of CPU a collection on a 2-core machine, one or two per task). Frozen objects
 (`gc.freeze`) are left out of every later collection, so a task freezes what exists before it
 starts whenever the worker imported modules since the last freeze: in practice at its first
-one or two tasks. Objects freed by reference counting are freed as before; only a reference
-cycle among objects alive at a freeze is never collected, which bounds what can be kept to
-what was alive at those few freezes.
+one or two tasks. The freeze itself is a constant-time move of the collector's lists and does
+not collect first: a reused worker's daemon has just collected, and a worker that is not
+reused (`spark.python.worker.reuse=false`) would pay a collection per task for nothing.
+Objects freed by reference counting are freed as before; only a reference cycle among
+objects alive (or already unreachable) at a freeze is never collected, which bounds what
+can be kept to what existed at those few freezes.
 """
 
 from __future__ import annotations
@@ -21,13 +24,12 @@ _frozen_at: tuple[int, int] | None = None  # (process id, count of imported modu
 
 
 def freeze_imported_objects() -> bool:
-    """Collect, then freeze every tracked object, if this process imported modules since its
-    last freeze (a forked child starts over). True when it froze."""
+    """Freeze every tracked object if this process imported modules since its last freeze (a
+    forked child starts over). True when it froze."""
     global _frozen_at
     now = (os.getpid(), len(sys.modules))
     if now == _frozen_at:
         return False
-    gc.collect()
     gc.freeze()
     _frozen_at = now
     return True
