@@ -4,14 +4,13 @@ PySpark's daemon runs a full collection after every task of a reused Python work
 full collection visits every object the worker tracks: nearly all of them come from the
 modules it imported once (PySpark, pandas, pyarrow, this library; about 100k objects and some
 36 ms of CPU a collection on a 2-core machine, one or two per task). Frozen objects
-(`gc.freeze`) are left out of every later collection, so a task freezes what exists before it
-starts whenever the worker imported modules since the last freeze: in practice at its first
-one or two tasks. The freeze itself is a constant-time move of the collector's lists and does
-not collect first: a reused worker's daemon has just collected, and a worker that is not
-reused (`spark.python.worker.reuse=false`) would pay a collection per task for nothing.
-Objects freed by reference counting are freed as before; only a reference cycle among
-objects alive (or already unreachable) at a freeze is never collected, which bounds what
-can be kept to what existed at those few freezes.
+(`gc.freeze`) are left out of every later collection, so a task collects once and freezes
+what exists before it starts whenever the worker imported modules since the last freeze: in
+practice at its first one or two tasks. A worker that is not reused
+(`spark.python.worker.reuse=false`: the daemon does not set SPARK_REUSE_WORKER) exits after
+its task and is left alone. Objects freed by reference counting are freed as before; only a
+reference cycle among objects alive at a freeze is never collected, which bounds what can be
+kept to what was alive at those few freezes.
 """
 
 from __future__ import annotations
@@ -20,16 +19,20 @@ import gc
 import os
 import sys
 
+REUSE_VARIABLE = "SPARK_REUSE_WORKER"  # set by Spark in a worker's environment when reused
 _frozen_at: tuple[int, int] | None = None  # (process id, count of imported modules)
 
 
 def freeze_imported_objects() -> bool:
-    """Freeze every tracked object if this process imported modules since its last freeze (a
-    forked child starts over). True when it froze."""
+    """Collect, then freeze every tracked object, if this is a reused worker that imported
+    modules since its last freeze (a forked child starts over). True when it froze."""
     global _frozen_at
+    if not os.environ.get(REUSE_VARIABLE):
+        return False
     now = (os.getpid(), len(sys.modules))
     if now == _frozen_at:
         return False
+    gc.collect()
     gc.freeze()
     _frozen_at = now
     return True

@@ -1,6 +1,6 @@
-"""A Python worker freezes the objects it holds before a task whenever it imported modules
-since its last freeze, so the full collection PySpark's daemon runs after every task visits
-only what later tasks made."""
+"""A reused Python worker freezes the objects it holds before a task whenever it imported
+modules since its last freeze, so the full collection PySpark's daemon runs after every task
+visits only what later tasks made; a worker that is not reused is left alone."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from pyspark_dstl.spark.stage.worker_heap import freeze_imported_objects
 
 @pytest.fixture
 def unfrozen(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """A process that has not frozen yet, thawed again after the test."""
+    """A reused worker's process that has not frozen yet, thawed again after the test."""
+    monkeypatch.setenv(worker_heap.REUSE_VARIABLE, "1")
     monkeypatch.setattr(worker_heap, "_frozen_at", None)
     gc.unfreeze()
     yield
@@ -32,6 +33,14 @@ def test_the_first_task_freezes_every_object_the_process_holds(unfrozen: None) -
 
     assert gc.get_freeze_count() >= tracked // 2
     assert len(gc.get_objects()) < tracked // 10
+
+
+def test_a_worker_that_is_not_reused_does_not_freeze(
+        unfrozen: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(worker_heap.REUSE_VARIABLE)
+
+    assert not freeze_imported_objects()
+    assert gc.get_freeze_count() == 0
 
 
 def test_a_task_after_no_new_import_does_not_freeze_again(unfrozen: None) -> None:
