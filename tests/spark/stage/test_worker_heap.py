@@ -49,7 +49,7 @@ def test_a_task_after_no_new_import_does_not_freeze_again(unfrozen: None) -> Non
     garbage = [[] for _ in range(1000)]
 
     assert not freeze_imported_objects()
-    assert gc.get_freeze_count() == frozen
+    assert gc.get_freeze_count() <= frozen  # frozen objects may be freed, none are added
     del garbage
 
 
@@ -57,12 +57,12 @@ def test_a_task_after_an_import_freezes_what_the_import_added(
         unfrozen: None, monkeypatch: pytest.MonkeyPatch) -> None:
     freeze_imported_objects()
     module = types.ModuleType("dstl_test_imported_later")
-    module.table = {str(n): [n] for n in range(1000)}  # type: ignore[attr-defined]
+    module.table = {str(n): [n] for n in range(5000)}  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, module.__name__, module)
     frozen = gc.get_freeze_count()
 
     assert freeze_imported_objects()
-    assert gc.get_freeze_count() >= frozen + 1000
+    assert gc.get_freeze_count() >= frozen + 4000  # other threads may free a few frozen ones
 
 
 def test_a_forked_worker_freezes_on_its_own_first_task(unfrozen: None) -> None:
