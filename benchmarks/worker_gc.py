@@ -15,7 +15,6 @@ there are more tasks than workers to reach each one).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -96,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                  f"before and after the freeze, one row per worker",
                  ["worker", "tracked objects before", "after", "collection before (ms)",
                   "after (ms)", "before/after"], table)
-    report.put("samples", json.loads(json.dumps(samples)))
+    report.put("samples", samples)
     report.save()
 
 
