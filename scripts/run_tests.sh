@@ -10,6 +10,9 @@ bash scripts/ensure_chromium.sh
 # the tests' JVMs map Spark's classes from one archive (made once per Java and Spark release,
 # about half a minute; tests/support/jvm_archive.py); without it they only start slower
 .venv/bin/python -m tests.support.jvm_archive || echo "JVM class archive not made (see above): the tests' JVMs start without it"
+# Hadoop's local file system with permissions set in the JVM, not by a chmod process per file
+# (tests/support/local_file_system.py); without it the tests run on Hadoop's own
+.venv/bin/python -m tests.support.local_file_system || echo "in-process chmod not made (see above): the tests' JVMs start chmod processes"
 # every tier (-m "" lifts the fast-tier default of pyproject.toml) in two processes, each
 # with its own SparkSession, S3 server and proxy, a whole test file at a time in the order
 # tests/conftest.py gives (files with slow tests first; pytest-xdist would otherwise hand out

@@ -16,11 +16,19 @@ from pyspark_dstl.core.loop import EventLoopThread
 from tests.support import FaultProxy, MotoServer, S3Env, make_s3_env
 from tests.support.connect import ConnectServer
 from tests.support.jvm_archive import jvm_options_for_tests
+from tests.support.local_file_system import put_on_class_path
 
 # Every JVM started from here on takes the tests' JVM options (the client compiler, the serial
 # collector, the class archive if made: tests/support/jvm_archive.py); a value set outside is
 # kept.
 os.environ.setdefault("JDK_JAVA_OPTIONS", jvm_options_for_tests())
+# ... and Hadoop's local file system sets permissions without a process per file, if its class
+# was made (tests/support/local_file_system.py)
+put_on_class_path()
+# numpy's OpenBLAS starts a thread per core in every process that imports it, and they spin
+# for a while: the tests' Python workers and Spark's short-lived Python helpers do no linear
+# algebra
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 STORAGE_KINDS = ["memory", "file", "s3"]
 S3_FIXTURES = frozenset({"s3", "moto_server", "fault_proxy"})

@@ -23,12 +23,13 @@ import sys
 import tempfile
 from pathlib import Path
 
+from tests.support.paths import JVM_CACHE, spark_jars
+
 # The tests' JVMs are short-lived (a shared session per test process, one per kill test, a
 # benchmark's quick run, the standalone daemons, the Connect server): the client compiler
 # alone and the serial collector about halve the CPU a JVM spends starting and warming up on
 # 2 cores.
 TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "pyspark-dstl" / "jvm"
 KEPT = 4  # archives kept in the cache (about 190 MiB each)
 QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"  # a JVM the archive does not fit says nothing
 
@@ -43,21 +44,13 @@ def jvm_options_for_tests() -> str:
     return f"{TEST_JVM_OPTIONS} {use_options(path)}" if path.is_file() else TEST_JVM_OPTIONS
 
 
-def _spark_jars() -> Path:
-    import importlib.util
-
-    spec = importlib.util.find_spec("pyspark")
-    assert spec is not None and spec.origin is not None, "pyspark is not installed"
-    return Path(spec.origin).parent / "jars"
-
-
 def archive_path() -> Path:
     """Where the archive of this Java runtime and these Spark jars lives (made or not)."""
     java = subprocess.run(["java", "-version"], capture_output=True, text=True, check=False)
-    jars = _spark_jars()
+    jars = spark_jars()
     listing = sorted(f"{p.name}:{p.stat().st_size}" for p in jars.glob("*.jar"))
     key = hashlib.sha256("\n".join([java.stderr, str(jars), *listing]).encode()).hexdigest()
-    return CACHE / f"spark-classes-{key[:16]}.jsa"
+    return JVM_CACHE / f"spark-classes-{key[:16]}.jsa"
 
 
 def use_options(path: Path) -> str:

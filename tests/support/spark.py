@@ -21,6 +21,7 @@ from pyspark_dstl.spark import (
     VectorizedStatefulProcessor,
     stateful,
 )
+from tests.support.local_file_system import file_system_settings
 from tests.support.paths import REPO_ROOT
 
 DEFAULT_MASTER = "local[2,4]"
@@ -28,7 +29,8 @@ CHECKPOINT_FILE_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
 
 
 def in_process_checkpoint_files() -> dict[str, str]:
-    """Spark's file-system-based checkpoint file manager for the tests' sessions.
+    """Spark's file-system-based checkpoint file manager, and Hadoop's local file system with
+    permissions set in the JVM (tests/support/local_file_system.py), for the tests' sessions.
 
     Spark's default manager renames through Hadoop's FileContext, which on a local directory
     without Hadoop's native library starts a `readlink` process for every path it renames
@@ -42,7 +44,8 @@ def in_process_checkpoint_files() -> dict[str, str]:
     package = "org.apache.spark.sql.execution.streaming"
     if major_minor >= (4, 1):
         package += ".checkpointing"
-    return {CHECKPOINT_FILE_MANAGER: f"{package}.FileSystemBasedCheckpointFileManager"}
+    return {CHECKPOINT_FILE_MANAGER: f"{package}.FileSystemBasedCheckpointFileManager",
+            **file_system_settings()}
 
 
 def session_settings(extra: Mapping[str, str] | None = None,
