@@ -100,13 +100,16 @@ class ExportRecordsSource(DataSource):
         return SOURCE_NAME
 
     def schema(self) -> str:
+        freeze_imported_objects()  # planned in a reused Python worker too
         plan = json.loads(self.options["plan"])
         return record_schema([(k, t) for k, t in plan["key_columns"]])
 
     def reader(self, schema: Any) -> DataSourceReader:
+        freeze_imported_objects()  # planned in a reused Python worker too
         return ExportReader(dict(self.options))
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        freeze_imported_objects()  # planned in a reused Python worker too
         return ExportStreamReader(dict(self.options))
 
 

@@ -81,9 +81,11 @@ class ChangeStreamSource(DataSource):
         return SOURCE_NAME
 
     def schema(self) -> Any:
+        freeze_imported_objects()  # planned in a reused Python worker too
         return FeedPlan(self.options).schema
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        freeze_imported_objects()  # planned in a reused Python worker too
         return ChangeStreamReader(dict(self.options))
 
 

@@ -44,9 +44,11 @@ class DstlProgressSource(DataSource):
         return SOURCE_NAME
 
     def schema(self) -> str:
+        freeze_imported_objects()  # planned in a reused Python worker too
         return SCHEMA
 
     def reader(self, schema: Any) -> DataSourceReader:
+        freeze_imported_objects()  # planned in a reused Python worker too
         return MetricsReader(dict(self.options))
 
 

@@ -75,9 +75,11 @@ class DstlStateDataSource(DataSource):
         return SOURCE_NAME
 
     def schema(self) -> str:
+        freeze_imported_objects()  # planned in a reused Python worker too
         return SCHEMA
 
     def reader(self, schema: Any) -> DataSourceReader:
+        freeze_imported_objects()  # planned in a reused Python worker too
         return StateReader(dict(self.options))
 
 

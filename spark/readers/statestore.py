@@ -159,9 +159,11 @@ class StateStoreSource(DataSource):
         return SOURCE_NAME
 
     def schema(self) -> Any:
+        freeze_imported_objects()  # planned in a reused Python worker too
         return StateStoreRead(self.options, planned=False).schema
 
     def reader(self, schema: Any) -> DataSourceReader:
+        freeze_imported_objects()  # planned in a reused Python worker too
         return StateStoreReader(StateStoreRead(self.options))
 
 

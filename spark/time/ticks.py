@@ -29,6 +29,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.types import StructType
 
 from pyspark_dstl.spark.pyspark_versions import available_now_mixin, register_data_source
+from pyspark_dstl.spark.stage.worker_heap import freeze_imported_objects
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow as AvailableNowMixin
@@ -114,9 +115,11 @@ class TickDataSource(DataSource):
         return SOURCE_NAME
 
     def schema(self) -> StructType:
+        freeze_imported_objects()  # planned in a reused Python worker too
         return StructType.fromJson(json.loads(self.options[SCHEMA_OPTION]))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        freeze_imported_objects()  # planned in a reused Python worker too
         return TickReader(self.options[DEMAND_OPTION])
 
 

@@ -9,6 +9,7 @@ import os
 import sys
 import types
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -79,3 +80,34 @@ def test_a_forked_worker_freezes_on_its_own_first_task(unfrozen: None) -> None:
     os.waitpid(child, 0)
 
     assert answer == b"1"
+
+
+def _planner_calls() -> list[tuple[str, Any]]:
+    """What Spark's planner workers call on this library's data sources (creation asks for the
+    schema, planning a read for the reader), with options that need no checkpoint."""
+    from pyspark_dstl.spark.readers.progress_source import DstlProgressSource
+    from pyspark_dstl.spark.readers.state_metadata import StateMetadataSource
+    from pyspark_dstl.spark.readers.state_reader import DstlStateDataSource
+    from pyspark_dstl.spark.time.ticks import DEMAND_OPTION, SCHEMA_OPTION, TickDataSource
+
+    location = {"path": "file:///nowhere/checkpoint"}
+    ticks = {SCHEMA_OPTION: '{"type": "struct", "fields": []}', DEMAND_OPTION: "/nowhere/demand"}
+    return [
+        ("dstl-progress schema", lambda: DstlProgressSource(location).schema()),
+        ("dstl-progress reader", lambda: DstlProgressSource(location).reader(None)),
+        ("state-metadata reader", lambda: StateMetadataSource(location).reader(None)),
+        ("dstl-state reader", lambda: DstlStateDataSource(location).reader(None)),
+        ("dstl-ticks schema", lambda: TickDataSource(ticks).schema()),
+        ("dstl-ticks stream reader", lambda: TickDataSource(ticks).streamReader(None)),
+    ]
+
+
+@pytest.mark.parametrize("call", range(len(_planner_calls())),
+                         ids=[name for name, _ in _planner_calls()])
+def test_a_data_source_planned_in_a_reused_worker_freezes_there(unfrozen: None,
+                                                                call: int) -> None:
+    _, plan = _planner_calls()[call]
+
+    plan()
+
+    assert gc.get_freeze_count() > 0
