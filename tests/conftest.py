@@ -29,6 +29,9 @@ put_on_class_path()
 # for a while: the tests' Python workers and Spark's short-lived Python helpers do no linear
 # algebra
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+# the Python processes of the tests' Spark freeze after the daemon's collections, whichever
+# operator they run (tests/support/worker_site/sitecustomize.py)
+os.environ.setdefault("DSTL_TESTS_FREEZE_AFTER_COLLECT", "1")
 
 STORAGE_KINDS = ["memory", "file", "s3"]
 S3_FIXTURES = frozenset({"s3", "moto_server", "fault_proxy"})

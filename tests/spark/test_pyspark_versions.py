@@ -149,3 +149,18 @@ def test_python_workers_read_pyspark_from_the_package_not_from_sparks_zip(spark:
 
     files = spark.sparkContext.parallelize(range(2), 2).map(worker_file).collect()
     assert not any(".zip" in path for path in files), files
+
+
+@pytest.mark.spark
+def test_a_reused_python_worker_is_frozen_after_the_daemons_collection(spark: Any) -> None:
+    # tests/support/worker_site: after a task, PySpark's daemon collects and the worker
+    # freezes, whichever operator the task ran (here a plain RDD map, none of this library)
+    def freeze_count(_: Any) -> tuple[int, int]:
+        import gc
+
+        return os.getpid(), gc.get_freeze_count()
+
+    rdd = spark.sparkContext.parallelize(range(1), 1)
+    first_pid, _ = rdd.map(freeze_count).collect()[0]
+    later = [rdd.map(freeze_count).collect()[0] for _ in range(4)]
+    assert any(pid == first_pid and frozen > 0 for pid, frozen in later), later

@@ -22,8 +22,10 @@ def quick_command(name: str, out: Path, extra: Sequence[str] = ()) -> list[str]:
 
 
 def script_environment() -> dict[str, str]:
-    """This process's environment with the repository's root first on PYTHONPATH."""
+    """This process's environment with the repository's root first on PYTHONPATH, without the
+    tests' freeze of every Python worker (the scripts measure what users run)."""
     env = dict(os.environ)
+    env.pop("DSTL_TESTS_FREEZE_AFTER_COLLECT", None)
     env["PYTHONPATH"] = os.pathsep.join(
         [str(REPO_ROOT), *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]])
     return env
