@@ -23,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.support.paths import JVM_CACHE, spark_jars
+from tests.support.paths import JVM_CACHE, make_cached, spark_jars
 
 # The tests' JVMs are short-lived (a shared session per test process, one per kill test, a
 # benchmark's quick run, the standalone daemons, the Connect server): the client compiler
@@ -122,12 +122,7 @@ def main() -> None:
     if sys.argv[1:2] == ["--job"]:
         _job(Path(sys.argv[2]))
         return
-    path = archive_path()
-    if path.is_file():
-        print(f"JVM class archive: {path} (made before)")
-        return
-    make_archive(path)
-    print(f"JVM class archive: {path} made ({path.stat().st_size // 2**20} MiB)")
+    make_cached(archive_path(), make_archive, "JVM class archive")
 
 
 if __name__ == "__main__":

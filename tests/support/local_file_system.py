@@ -25,7 +25,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from tests.support.paths import JVM_CACHE, spark_jars
+from tests.support.paths import JVM_CACHE, make_cached, spark_jars
 
 SOURCE = Path(__file__).parent / "java" / "InProcessChmodLocalFileSystem.java"
 CLASS_NAME = "dstl.tests.InProcessChmodLocalFileSystem"
@@ -85,13 +85,7 @@ def file_system_settings() -> dict[str, str]:
 
 
 def main() -> None:
-    path = jar_path()
-    if path.is_file():
-        print(f"in-process chmod for Hadoop's local file system: {path} (made before)")
-        return
-    make_jar(path)
-    print(f"in-process chmod for Hadoop's local file system: {path} made")
-
+    make_cached(jar_path(), make_jar, "in-process chmod for Hadoop's local file system")
 
 if __name__ == "__main__":
     main()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -19,3 +20,12 @@ def spark_jars() -> Path:
     spec = importlib.util.find_spec("pyspark")
     assert spec is not None and spec.origin is not None, "pyspark is not installed"
     return Path(spec.origin).parent / "jars"
+
+
+def make_cached(path: Path, make: Callable[[Path], None], what: str) -> None:
+    """Make `path` in the JVM cache unless it is there, saying which it was."""
+    if path.is_file():
+        print(f"{what}: {path} (made before)")
+        return
+    make(path)
+    print(f"{what}: {path} made ({path.stat().st_size // 2**10} KiB)")
