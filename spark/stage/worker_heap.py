@@ -9,11 +9,10 @@ what exists before it starts whenever the worker imported modules since the last
 practice at its first one or two tasks. Spark's planner workers (the processes that create a
 Python data source and plan its reads) are reused the same way and collected after every
 call, so this library's data sources freeze there too, when asked for their schema or reader.
-A worker that is not reused
-(`spark.python.worker.reuse=false`: the daemon does not set SPARK_REUSE_WORKER) exits after
-its task and is left alone. Objects freed by reference counting are freed as before; only a
-reference cycle among objects alive at a freeze is never collected, which bounds what can be
-kept to what was alive at those few freezes.
+A worker that is not reused (`spark.python.worker.reuse=false`: the daemon does not set
+SPARK_REUSE_WORKER) exits after its task and is left alone. Objects freed by reference
+counting are freed as before; only a reference cycle among objects alive at a freeze is never
+collected, which bounds what can be kept to what was alive at those few freezes.
 """
 
 from __future__ import annotations

@@ -102,12 +102,10 @@ def _planner_calls() -> list[tuple[str, Any]]:
     ]
 
 
-@pytest.mark.parametrize("call", range(len(_planner_calls())),
+@pytest.mark.parametrize(("name", "plan"), _planner_calls(),
                          ids=[name for name, _ in _planner_calls()])
-def test_a_data_source_planned_in_a_reused_worker_freezes_there(unfrozen: None,
-                                                                call: int) -> None:
-    _, plan = _planner_calls()[call]
-
+def test_a_data_source_planned_in_a_reused_worker_freezes_there(unfrozen: None, name: str,
+                                                                plan: Any) -> None:
     plan()
 
     assert gc.get_freeze_count() > 0
