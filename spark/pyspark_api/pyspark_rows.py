@@ -11,6 +11,7 @@ once per batch from Arrow, then sliced per key.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,7 @@ from pyspark_dstl.spark.spark_errors import OutputSchemaError
 
 PANDAS, ROWS = "pandas", "rows"
 _UTC_NAMES = ("UTC", "Etc/UTC", "Z", "+00:00", "GMT")
+_NESTED = (tuple, list, dict)  # values Row.asDict(recursive=True) may rebuild
 
 
 @dataclass(frozen=True)
@@ -170,10 +172,20 @@ class RowShape:
             if pa.types.is_timestamp(kind) and kind.tz is not None:
                 column = column.cast(pa.timestamp(kind.unit, tz=self.zone))
             values.append(column.to_pylist())
-        row = Row(*table.column_names)
-        return [row(*items) for items in zip(*values, strict=True)]
+        # what Row(*names)(*values) makes, without its per-row checks: a Row of the values
+        # whose __fields__ is the one Row of names that every row shares
+        fields = Row(*table.column_names)
+        make = tuple.__new__
+        rows = [make(Row, items) for items in zip(*values, strict=True)]
+        for row in rows:
+            row.__fields__ = fields
+        return rows
 
     # ---- outputs ----------------------------------------------------------------------------
+
+    @functools.cached_property
+    def _distinct_names(self) -> bool:
+        return len(set(self.output_names)) == len(self.output_names)
 
     def output_frame(self, frame: Any, processor: str) -> pd.DataFrame:
         """A yielded frame with the output schema's column names; naive timestamps are read
@@ -203,10 +215,14 @@ class RowShape:
         """A yielded Row as a tuple in output-schema order (matched by field name, missing
         fields null, as PySpark does); an unnamed tuple is taken in order."""
         if isinstance(row, tuple):
-            if hasattr(row, "__fields__"):
-                values = row.asDict(True)  # type: ignore[attr-defined]
-                return tuple(values.get(name) for name in self.output_names)
-            return row
+            fields = getattr(row, "__fields__", None)
+            if fields is None:
+                return row
+            if tuple(fields) == self.output_names and self._distinct_names and \
+                    not any(isinstance(value, _NESTED) for value in row):
+                return tuple(row)  # what the lookup by name gives, in one step
+            values = row.asDict(True)  # type: ignore[attr-defined]
+            return tuple(values.get(name) for name in self.output_names)
         raise OutputSchemaError(f"{processor} yielded a {type(row).__name__}; "
                                 f"transformWithState processors yield pyspark.sql.Row")
 
