@@ -87,5 +87,6 @@ def file_system_settings() -> dict[str, str]:
 def main() -> None:
     make_cached(jar_path(), make_jar, "in-process chmod for Hadoop's local file system")
 
+
 if __name__ == "__main__":
     main()

@@ -102,9 +102,8 @@ def _planner_calls() -> list[tuple[str, Any]]:
     ]
 
 
-@pytest.mark.parametrize(("name", "plan"), _planner_calls(),
-                         ids=[name for name, _ in _planner_calls()])
-def test_a_data_source_planned_in_a_reused_worker_freezes_there(unfrozen: None, name: str,
+@pytest.mark.parametrize("plan", [pytest.param(plan, id=name) for name, plan in _planner_calls()])
+def test_a_data_source_planned_in_a_reused_worker_freezes_there(unfrozen: None,
                                                                 plan: Any) -> None:
     plan()
 
