@@ -219,6 +219,54 @@ def test_keys_too_spread_to_pad_are_sorted_by_python_with_the_same_result(
     assert len(padded_calls) == 2  # the cfs "a" and "default2"; "default" went to Python
 
 
+PACKING_SHAPES: dict[str, Callable[[random.Random], bytes]] = {
+    # one integer per write holds these keys' varying bits, their length and the position
+    "counters": lambda rng: b"k%011d" % rng.randrange(200),
+    "prefixes and zeros": lambda rng: b"ab" + bytes(rng.randrange(3) for _ in
+                                                     range(rng.randrange(0, 3))),
+    "big-endian ids": lambda rng: (1 << 40 | rng.randrange(5000)).to_bytes(8, "big"),
+    # spread over whole words: sorted word by word
+    "random bytes": lambda rng: rng.randbytes(rng.randrange(9, 17)),
+}
+
+
+def _sorted_both_ways(shape: str, seed: int,
+                      ) -> tuple[tuple[np.ndarray, np.ndarray] | None, np.ndarray, np.ndarray]:
+    rng = random.Random(seed)
+    keys = [PACKING_SHAPES[shape](rng) for _ in range(300)]
+    block = block_of("default", keys, [b""] * len(keys), len(keys))
+    offsets = block.key_offsets.astype(np.int64)
+    lengths = np.diff(offsets)
+    rows = latest._padded(bytes(block.keys), offsets, lengths)
+    assert rows is not None
+    columns = latest._varying_columns(rows, lengths)
+    expected = sorted(range(len(keys)), key=lambda i: (keys[i], i))  # stable bytewise order
+    last = [i == len(keys) - 1 or keys[expected[i]] != keys[expected[i + 1]]
+            for i in range(len(keys))]
+    return latest._packed_order(columns, len(keys)), np.array(expected), np.array(last)
+
+
+@pytest.mark.parametrize("shape", ["counters", "prefixes and zeros", "big-endian ids"])
+@pytest.mark.parametrize("seed", range(3))
+def test_keys_whose_varying_bits_fit_a_word_sort_as_one_integer_each_stably(shape: str,
+                                                                             seed: int) -> None:
+    packed, expected_order, expected_last = _sorted_both_ways(shape, seed)
+    assert packed is not None
+    order, last = packed
+    assert order.tolist() == expected_order.tolist()
+    assert last.tolist() == expected_last.tolist()
+
+
+def test_keys_spread_over_whole_words_are_not_packed_and_sort_word_by_word() -> None:
+    packed, _, _ = _sorted_both_ways("random bytes", 0)
+    assert packed is None
+    rng = random.Random(5)
+    blocks = _random_blocks(rng, lambda: PACKING_SHAPES["random bytes"](rng), 4)
+    blocks.append(block_of("default", [blocks[0].key_list()[0]], [b"again"], 1))
+    result = latest.latest_writes(blocks)
+    assert list(zip(result.keys, result.values, strict=True)) == _model(blocks)
+
+
 def test_a_block_decoded_from_a_payload_feeds_latest_writes() -> None:
     payload = encode_blocks(MARKER, [block_of("default", [b"b", b"a", b"b"],
                                               [b"1", b"2", None], 3)])
