@@ -16,7 +16,12 @@ from pyspark_dstl.backend.backend_errors import CorruptCheckpointError
 from pyspark_dstl.backend.engines.base import Engine
 from pyspark_dstl.backend.lineage.context import LocationContext
 from pyspark_dstl.backend.lineage.position import Position
-from pyspark_dstl.backend.lineage.replay import ReplayStats, replay_files, replay_handle
+from pyspark_dstl.backend.lineage.replay import (
+    ChangelogReads,
+    ReplayStats,
+    replay_files,
+    replay_handle,
+)
 from pyspark_dstl.backend.lineage.resolver import plan_replay
 from pyspark_dstl.backend.lineage.rules import MarkerCheck
 from pyspark_dstl.backend.lineage.store_commit import StoreCommit
@@ -59,20 +64,23 @@ class StoreLoader:
     def _from_info(self, instance_dir: str, info: StoreCommit) -> Loaded:
         started = time.monotonic()
         materialized = info.materialized
-        if materialized is not None:
-            engine, _ = self._restore_snapshot(instance_dir, materialized.manifest_path,
-                                               materialized.version, materialized.unique_id)
-            base: tuple[int, str | None] = (materialized.version, materialized.unique_id)
-        else:
-            engine, base = self._empty_engine(instance_dir), (0, None)
-        restored = time.monotonic()
-        try:
-            check = MarkerCheck(self._store_id, base, info.lineage)
-            stats = replay_handle(self._context.storage, self._store_id, info.changelog,
-                                  engine, check)
-        except BaseException:
-            engine.close()
-            raise
+        storage = self._context.storage
+        # the changelog's first group downloads while the snapshot is restored
+        with ChangelogReads(storage, self._store_id, info.changelog) as reads:
+            if materialized is not None:
+                engine, _ = self._restore_snapshot(instance_dir, materialized.manifest_path,
+                                                   materialized.version, materialized.unique_id)
+                base: tuple[int, str | None] = (materialized.version, materialized.unique_id)
+            else:
+                engine, base = self._empty_engine(instance_dir), (0, None)
+            restored = time.monotonic()
+            try:
+                check = MarkerCheck(self._store_id, base, info.lineage)
+                stats = replay_handle(storage, self._store_id, info.changelog, engine, check,
+                                      reads)
+            except BaseException:
+                engine.close()
+                raise
         position = Position(info.version, info.unique_id, materialized, info.lineage,
                             info.changelog)
         return Loaded(engine, position, "restore", stats, restored - started,

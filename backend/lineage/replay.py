@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -139,30 +139,54 @@ def apply_change_set(writes: PendingWrites, change_set: ChangeSet, check: Marker
     stats.change_sets += 1
 
 
+class ChangelogReads:
+    """A changelog handle's change sets, read in groups of at most READ_GROUP_BYTES with one
+    group ahead: the next group downloads and decodes on the storage's loop while this one is
+    applied (at most two groups in memory). The first read starts when this is made, so made
+    before a snapshot's restore it downloads beside it. Use it as a context manager: leaving
+    it cancels a read in flight."""
+
+    def __init__(self, storage: ChangelogService, store_id: str,
+                 handle: ChangelogHandle) -> None:
+        self._storage = storage
+        self._store_id = store_id
+        self._reader = storage.reader()
+        self._groups = list(_groups(handle))
+        self._upcoming = (_start_read(storage, self._reader, self._groups[0])
+                          if self._groups else None)
+
+    def __enter__(self) -> ChangelogReads:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        upcoming, self._upcoming = self._upcoming, None
+        if upcoming is not None and not upcoming.cancel() and upcoming.done():
+            upcoming.exception()  # taken: a failure the replay never reached stays quiet
+
+    def groups(self, stats: ReplayStats) -> Iterator[tuple[ChangelogHandle, list[ChangeSet]]]:
+        """Each group with its change sets, in order; the wait for them goes to `stats`."""
+        for index, group in enumerate(self._groups):
+            began = time.perf_counter()
+            change_sets = _group_change_sets(self._store_id, group, self._upcoming)
+            stats.read_wait_seconds += time.perf_counter() - began
+            self._upcoming = (_start_read(self._storage, self._reader, self._groups[index + 1])
+                              if index + 1 < len(self._groups) else None)
+            yield group, change_sets
+
+
 def replay_handle(storage: ChangelogService, store_id: str, handle: ChangelogHandle,
-                  engine: Engine, check: MarkerCheck) -> ReplayStats:
-    """Apply the handle's change sets in SQN order; finish the marker check."""
+                  engine: Engine, check: MarkerCheck,
+                  reads: ChangelogReads | None = None) -> ReplayStats:
+    """Apply the handle's change sets in SQN order; finish the marker check. `reads`: the
+    handle's reads, started earlier (beside the snapshot's restore)."""
     stats = ReplayStats(files=len(handle.paths), bytes=handle.size)
-    reader = storage.reader()
-    groups = list(_groups(handle))
-    # one group read ahead: the next group downloads and decodes on the storage's loop while
-    # this one is applied (at most two groups in memory)
-    upcoming = _start_read(storage, reader, groups[0]) if groups else None
-    with PendingWrites(engine, stats) as writes:
-        try:
-            for index, group in enumerate(groups):
-                began = time.perf_counter()
-                change_sets = _group_change_sets(store_id, group, upcoming)
-                stats.read_wait_seconds += time.perf_counter() - began
-                upcoming = (_start_read(storage, reader, groups[index + 1])
-                            if index + 1 < len(groups) else None)
-                for change_set in change_sets:
-                    where = (f"change set {change_set.sqn} in "
-                             f"{_path_of(group, change_set.sqn)!r}")
-                    apply_change_set(writes, change_set, check, where, stats)
-        finally:
-            if upcoming is not None:
-                upcoming.cancel()
+    with reads if reads is not None else ChangelogReads(storage, store_id, handle) as started, \
+            PendingWrites(engine, stats) as writes:
+        for group, change_sets in started.groups(stats):
+            for change_set in change_sets:
+                where = (f"change set {change_set.sqn} in "
+                         f"{_path_of(group, change_set.sqn)!r}")
+                apply_change_set(writes, change_set, check, where, stats)
         writes.flush()
     check.finish(f"changelog handle [{handle.from_sqn}, {handle.to_sqn})")
     return stats

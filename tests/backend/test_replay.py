@@ -6,14 +6,16 @@ from __future__ import annotations
 import itertools
 import random
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from pathlib import Path
+from typing import Any
 
 import msgpack
 import pytest
 
 import pyspark_dstl.backend.engines.rocksdb as rocksdb_engine
 import pyspark_dstl.backend.lineage.replay as replay
-from pyspark_dstl.backend.backend_errors import BackendError, LineageError
+from pyspark_dstl.backend.backend_errors import BackendError, CorruptCheckpointError, LineageError
 from pyspark_dstl.backend.engines.base import Engine
 from pyspark_dstl.backend.engines.columns import block_of, encode_blocks
 from pyspark_dstl.backend.engines.memory import MemoryEngine
@@ -28,6 +30,7 @@ from pyspark_dstl.backend.engines.records import (
     physical_keys,
 )
 from pyspark_dstl.backend.engines.rocksdb import RocksDBEngine, RocksDBSettings
+from pyspark_dstl.backend.lineage.loader import StoreLoader
 from pyspark_dstl.backend.lineage.rules import MarkerCheck
 from pyspark_dstl.changelog.format import ChangeSet
 from tests.support.backend import MEMORY, PROVIDER_IDS, PROVIDERS, file_env, state_of
@@ -228,5 +231,62 @@ def test_a_missing_file_in_a_later_group_is_still_a_lineage_error(
         env.delete(third[0])
         with pytest.raises(LineageError, match="of the checkpoint is missing"):
             env.provider(env.backend()).get_store(info.version, info)
+    finally:
+        env.close()
+
+
+def _snapshot_then_changelog(env: Any) -> Any:
+    """A store materialized at version 1, then three commits of changelog."""
+    store_provider = env.provider(env.backend())
+    store = store_provider.get_store(0, None)
+    store.put(b"base", b"v")
+    info = store.commit(materialize=True)
+    for version in range(1, 4):
+        store = store_provider.get_store(version, info)
+        store.put(b"k%d" % version, b"v")
+        info = store.commit()
+    assert info.materialized is not None and info.materialized.version == 1
+    return info
+
+
+def test_the_changelog_is_read_while_the_snapshot_is_restored(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    env = file_env(tmp_path, provider_class=MEMORY)
+    try:
+        info = _snapshot_then_changelog(env)
+        events: list[str] = []
+        start_read = replay._start_read
+        monkeypatch.setattr(replay, "_start_read",
+                            lambda *args: events.append("changelog read") or start_read(*args))
+        restore_snapshot = StoreLoader._restore_snapshot
+        monkeypatch.setattr(StoreLoader, "_restore_snapshot", lambda self, *args: (
+            events.append("snapshot restore") or restore_snapshot(self, *args)))
+        fresh = env.provider(env.backend()).get_store(info.version, info)
+        assert state_of(fresh) == {b"base": b"v", b"k1": b"v", b"k2": b"v", b"k3": b"v"}
+        fresh.abort()
+        assert events == ["changelog read", "snapshot restore"]
+    finally:
+        env.close()
+
+
+def test_a_snapshot_that_cannot_be_restored_leaves_no_changelog_read_behind(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    env = file_env(tmp_path, provider_class=MEMORY)
+    try:
+        info = _snapshot_then_changelog(env)
+        reads: list[Future[Any]] = []
+
+        def never_done(*args: Any) -> Future[Any]:  # a download that has not finished
+            reads.append(Future())
+            return reads[-1]
+
+        def damaged(self: StoreLoader, *args: Any) -> Any:
+            raise CorruptCheckpointError("snapshot 'x': damaged")
+
+        monkeypatch.setattr(replay, "_start_read", never_done)
+        monkeypatch.setattr(StoreLoader, "_restore_snapshot", damaged)
+        with pytest.raises(CorruptCheckpointError, match="damaged"):
+            env.provider(env.backend()).get_store(info.version, info)
+        assert len(reads) == 1 and reads[0].cancelled()
     finally:
         env.close()
