@@ -9,10 +9,9 @@ length and the write's position fit in 64 bits together (keys of up to about 44 
 in a window of a million writes: counters, dense ids, short codes), one integer per write
 holds all three, and one np.sort of those integers gives the order and the runs (under half
 the time of np.lexsort over two words and a comparison of neighbours); other keys are
-sorted word by word with np.lexsort. The writes
-that remain are gathered into one sorted run per column family (buffers and offsets, no
-Python object per write), which the RocksDB engine writes as a table file and ingests whole
-(engines/sst_build.py).
+sorted word by word with np.lexsort. The writes that remain are gathered into one sorted run
+per column family (buffers and offsets, no Python object per write), which the RocksDB engine
+writes as a table file and ingests whole (engines/sst_build.py).
 """
 
 from __future__ import annotations
