@@ -32,8 +32,16 @@ from pyspark_dstl.backend.engines.records import (
 from pyspark_dstl.backend.engines.rocksdb import RocksDBEngine, RocksDBSettings
 from pyspark_dstl.backend.lineage.loader import StoreLoader
 from pyspark_dstl.backend.lineage.rules import MarkerCheck
+from pyspark_dstl.backend.lineage.store_commit import StoreCommit
 from pyspark_dstl.changelog.format import ChangeSet
-from tests.support.backend import MEMORY, PROVIDER_IDS, PROVIDERS, file_env, state_of
+from tests.support.backend import (
+    MEMORY,
+    PROVIDER_IDS,
+    PROVIDERS,
+    BackendEnv,
+    file_env,
+    state_of,
+)
 
 MARKER = [3, 2, "uid2", "uid1"]
 
@@ -235,7 +243,7 @@ def test_a_missing_file_in_a_later_group_is_still_a_lineage_error(
         env.close()
 
 
-def _snapshot_then_changelog(env: Any) -> Any:
+def _snapshot_then_changelog(env: BackendEnv) -> StoreCommit:
     """A store materialized at version 1, then three commits of changelog."""
     store_provider = env.provider(env.backend())
     store = store_provider.get_store(0, None)
@@ -249,18 +257,25 @@ def _snapshot_then_changelog(env: Any) -> Any:
     return info
 
 
-def test_the_changelog_is_read_while_the_snapshot_is_restored(
+def test_the_changelog_read_starts_before_the_snapshot_restore(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     env = file_env(tmp_path, provider_class=MEMORY)
     try:
         info = _snapshot_then_changelog(env)
         events: list[str] = []
         start_read = replay._start_read
-        monkeypatch.setattr(replay, "_start_read",
-                            lambda *args: events.append("changelog read") or start_read(*args))
         restore_snapshot = StoreLoader._restore_snapshot
-        monkeypatch.setattr(StoreLoader, "_restore_snapshot", lambda self, *args: (
-            events.append("snapshot restore") or restore_snapshot(self, *args)))
+
+        def read(*args: Any) -> Any:
+            events.append("changelog read")
+            return start_read(*args)
+
+        def restore(self: StoreLoader, *args: Any) -> Any:
+            events.append("snapshot restore")
+            return restore_snapshot(self, *args)
+
+        monkeypatch.setattr(replay, "_start_read", read)
+        monkeypatch.setattr(StoreLoader, "_restore_snapshot", restore)
         fresh = env.provider(env.backend()).get_store(info.version, info)
         assert state_of(fresh) == {b"base": b"v", b"k1": b"v", b"k2": b"v", b"k3": b"v"}
         fresh.abort()
