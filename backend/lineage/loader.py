@@ -64,9 +64,8 @@ class StoreLoader:
     def _from_info(self, instance_dir: str, info: StoreCommit) -> Loaded:
         started = time.monotonic()
         materialized = info.materialized
-        storage = self._context.storage
         # the changelog's first group downloads while the snapshot is restored
-        with ChangelogReads(storage, self._store_id, info.changelog) as reads:
+        with ChangelogReads(self._context.storage, self._store_id, info.changelog) as reads:
             if materialized is not None:
                 engine, _ = self._restore_snapshot(instance_dir, materialized.manifest_path,
                                                    materialized.version, materialized.unique_id)
@@ -76,8 +75,7 @@ class StoreLoader:
             restored = time.monotonic()
             try:
                 check = MarkerCheck(self._store_id, base, info.lineage)
-                stats = replay_handle(storage, self._store_id, info.changelog, engine, check,
-                                      reads)
+                stats = replay_handle(reads, engine, check)
             except BaseException:
                 engine.close()
                 raise

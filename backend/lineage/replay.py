@@ -148,6 +148,7 @@ class ChangelogReads:
 
     def __init__(self, storage: ChangelogService, store_id: str,
                  handle: ChangelogHandle) -> None:
+        self.handle = handle
         self._storage = storage
         self._store_id = store_id
         self._reader = storage.reader()
@@ -174,15 +175,14 @@ class ChangelogReads:
             yield group, change_sets
 
 
-def replay_handle(storage: ChangelogService, store_id: str, handle: ChangelogHandle,
-                  engine: Engine, check: MarkerCheck,
-                  reads: ChangelogReads | None = None) -> ReplayStats:
-    """Apply the handle's change sets in SQN order; finish the marker check. `reads`: the
-    handle's reads, started earlier (beside the snapshot's restore)."""
+def replay_handle(reads: ChangelogReads, engine: Engine, check: MarkerCheck) -> ReplayStats:
+    """Apply the change sets of the handle `reads` reads, in SQN order; finish the marker
+    check. The caller owns `reads` (made before the snapshot's restore, so the first group
+    downloads beside it; leaving its context cancels a read in flight)."""
+    handle = reads.handle
     stats = ReplayStats(files=len(handle.paths), bytes=handle.size)
-    with reads if reads is not None else ChangelogReads(storage, store_id, handle) as started, \
-            PendingWrites(engine, stats) as writes:
-        for group, change_sets in started.groups(stats):
+    with PendingWrites(engine, stats) as writes:
+        for group, change_sets in reads.groups(stats):
             for change_set in change_sets:
                 where = (f"change set {change_set.sqn} in "
                          f"{_path_of(group, change_set.sqn)!r}")
