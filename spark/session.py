@@ -1,9 +1,12 @@
 """What a Spark session says about how a query may run: Python data sources allowed,
-batches without data, classic or Connect. Read on the driver when a query starts."""
+batches without data, classic or Connect. Read on the driver when a query starts; and
+session settings changed for one call and put back."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 ARROW_RECORDS = "spark.sql.execution.arrow.maxRecordsPerBatch"
@@ -35,3 +38,21 @@ def no_data_batches(spark: Any) -> bool:
 def is_connect(spark: Any) -> bool:
     """Whether `spark` is a Spark Connect client session."""
     return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+@contextlib.contextmanager
+def session_settings(spark: Any, settings: Mapping[str, str]) -> Iterator[None]:
+    """`settings` in force on `spark` for the block, then each put back as it was (unset
+    again when it was unset). Inside foreachBatch the session is the query's own copy, so
+    only this query's batch sees them."""
+    before = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)

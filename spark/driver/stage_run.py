@@ -23,13 +23,10 @@ from pyspark_dstl.backend.lineage.store_commit import StoreCommit
 from pyspark_dstl.backend.rescale.key_groups import KEY_GROUPS
 from pyspark_dstl.spark.keys.key_grouping import GROUP_COLUMN, routing_longs
 from pyspark_dstl.spark.processors.processor import AnyProcessor
+from pyspark_dstl.spark.session import session_settings
 from pyspark_dstl.spark.spark_errors import CommitValidationError
 from pyspark_dstl.spark.stage.failures import stage_errors
-from pyspark_dstl.spark.stage.output_files import (
-    StagedOutput,
-    arrow_batches_limited,
-    with_chunks,
-)
+from pyspark_dstl.spark.stage.output_files import StagedOutput, driver_arrow_frame
 from pyspark_dstl.spark.stage.partition import (
     META_COLUMN,
     PARTITION_COLUMN,
@@ -50,17 +47,12 @@ def without_adaptive_execution(spark: Any) -> Iterator[None]:
     The stage's plan has nothing to adapt (exactly n state partitions, one task each), and
     adaptive execution would run its shuffle and its Python tasks as two Spark jobs instead of
     one job of two stages: a job's scheduling costs tens of milliseconds in every batch. Spark
-    plans its own stateful operators without it as well. Inside foreachBatch the session is the
-    query's own copy, so the change is seen by this query's batch only."""
-    before = spark.conf.get(ADAPTIVE_EXECUTION)
-    if str(before).lower() == "false":
+    plans its own stateful operators without it as well."""
+    if str(spark.conf.get(ADAPTIVE_EXECUTION)).lower() == "false":
         yield
         return
-    spark.conf.set(ADAPTIVE_EXECUTION, "false")
-    try:
+    with session_settings(spark, {ADAPTIVE_EXECUTION: "false"}):
         yield
-    finally:
-        spark.conf.set(ADAPTIVE_EXECUTION, before)
 
 
 @dataclass(frozen=True)
@@ -174,8 +166,7 @@ def stage_output_frame(spark: Any, result: StageResult) -> Any:
     if result.output is None:
         raise CommitValidationError(f"batch {result.batch_id}: the output of operator "
                                     f"{result.operator!r} was already released")
-    with arrow_batches_limited(spark, result.output.num_rows):
-        return spark.createDataFrame(with_chunks(result.output), schema=result.output_schema)
+    return driver_arrow_frame(spark, result.output, result.output_schema)
 
 
 @dataclass

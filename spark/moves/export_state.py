@@ -35,11 +35,10 @@ Spark checkpoint, and so is one of Spark's (the marker). Local paths only, for b
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,6 +102,7 @@ from pyspark_dstl.spark.operator_list import QueryOperator, query_operators
 from pyspark_dstl.spark.processors.declarations import declaring_handle
 from pyspark_dstl.spark.pyspark_api.pyspark_state import CompatHandle, SchemaBook, ttl_ms_of
 from pyspark_dstl.spark.query_settings import QUERY_PREFIX, DstlSettings
+from pyspark_dstl.spark.session import session_settings
 from pyspark_dstl.spark.stage.open_stores import executor_stores
 from pyspark_dstl.spark.time.modes import PYSPARK_WORDS
 
@@ -586,21 +586,6 @@ def _mark(source: Source, target: Path) -> None:
                                               target.as_uri(), {}))
 
 
-@contextlib.contextmanager
-def _session_settings(spark: Any, settings: Mapping[str, str]) -> Iterator[None]:
-    before = {key: spark.conf.get(key, None) for key in settings}
-    for key, value in settings.items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key, value in before.items():
-            if value is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)
-
-
 def _run_staging(spark: Any, source: Source, writer: StateWriter, call: tuple[str, str],
                  key_columns: tuple[str, ...], partitions: int, staging: Path, plan: str,
                  stages: Mapping[str, int], stage_times: Mapping[int, int],
@@ -642,7 +627,7 @@ def _run_staging(spark: Any, source: Source, writer: StateWriter, call: tuple[st
             raise ExportStateError(f"Spark's operator failed to write the exported state in "
                                    f"{str(staging)!r}: {query.exception()}")
 
-    with _session_settings(spark, settings):
+    with session_settings(spark, settings):
         run_once()
         first = (staging / "offsets" / "0").read_text(encoding="utf-8").splitlines()
         metadata = json.loads(first[1])
