@@ -43,6 +43,7 @@ from typing import Any
 
 import pandas as pd
 
+from pyspark_dstl.spark.session import session_settings
 from tests.support.tws_scenarios import Scenario
 from tests.support.versions import AVAILABLE_NOW_TIMERS
 
@@ -60,20 +61,7 @@ Rows = list[tuple[Any, ...]]
 # --- session settings ----------------------------------------------------------------------
 
 
-@contextmanager
-def session_conf(spark: Any, settings: Mapping[str, str]) -> Iterator[None]:
-    """Set session settings for the duration of the block, then put the old values back."""
-    before = {key: spark.conf.get(key, None) for key in settings}
-    for key, value in settings.items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key, value in before.items():
-            if value is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)
+session_conf = session_settings  # settings for a block, then put back as they were
 
 
 # --- inputs --------------------------------------------------------------------------------

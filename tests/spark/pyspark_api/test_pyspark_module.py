@@ -6,8 +6,6 @@ and timers start no batch when Spark runs no batches without data."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +13,7 @@ import pandas as pd
 import pytest
 
 from pyspark_dstl.spark import stateful
+from pyspark_dstl.spark.session import session_settings
 from tests.support.compat_processors import (
     BareStringMapKey,
     CountsFrames,
@@ -27,19 +26,6 @@ from tests.support.versions import needs_available_now_timers
 pytestmark = pytest.mark.spark
 
 USERS = "user string, page string"
-
-
-@contextmanager
-def session_conf(spark: Any, key: str, value: str) -> Iterator[None]:
-    previous = spark.conf.get(key, None)
-    spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        if previous is None:
-            spark.conf.unset(key)
-        else:
-            spark.conf.set(key, previous)
 
 
 def pages(spark: Any, directory: Path, *batches: list[tuple[str, str]]) -> Any:
@@ -66,7 +52,7 @@ def test_a_variable_used_after_delete_if_exists_raises_pysparks_runtime_error(
 ])
 def test_a_keys_rows_arrive_in_frames_no_larger_than_sparks_arrow_limits(
         spark: Any, tmp_path: Path, key: str, value: str, frames: int) -> None:
-    with session_conf(spark, key, value):
+    with session_settings(spark, {key: value}):
         stream = (stateful(pages(spark, tmp_path / "in", [("a", "x"), ("a", "y"), ("a", "z")]))
                   .group_by("user").transformWithStateInPandas(
                       CountsFrames(), "user string, frames long", "Update", "None",
@@ -98,7 +84,7 @@ def watermarked(spark: Any, directory: Path) -> Any:
     pytest.param("EventTime", [20, 4, 15], marks=needs_available_now_timers)])
 def test_late_rows_are_dropped_only_in_event_time(spark: Any, tmp_path: Path, mode: str,
                                                   smallest: list[int]) -> None:
-    with session_conf(spark, "spark.sql.session.timeZone", "UTC"):
+    with session_settings(spark, {"spark.sql.session.timeZone": "UTC"}):
         stream = (stateful(watermarked(spark, tmp_path / "in")).group_by("user")
                   .transformWithStateInPandas(MinEventTime(), "user string, smallest long",
                                               "Update", mode,
@@ -112,7 +98,7 @@ def test_timers_start_batches_without_data_only_when_spark_runs_such_batches(
     from tests.support.compat_processors import RegistersTimer
 
     key = "spark.sql.streaming.noDataMicroBatches.enabled"
-    with session_conf(spark, key, enabled):
+    with session_settings(spark, {key: enabled}):
         stream = (stateful(pages(spark, tmp_path / "in", [("a", "x")])).group_by("user")
                   .transformWithStateInPandas(RegistersTimer(), "user string", "Update",
                                               "ProcessingTime",
