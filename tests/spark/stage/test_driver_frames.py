@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from pyspark_dstl.spark.session import session_settings
+from pyspark_dstl.spark.session import ARROW_RECORDS, session_settings
 from pyspark_dstl.spark.stage.output_files import (
     LOCAL_RELATION_THRESHOLD,
     driver_arrow_frame,
@@ -17,9 +17,6 @@ from pyspark_dstl.spark.stage.output_files import (
 from tests.support.spark import COUNT_SCHEMA
 
 pytestmark = pytest.mark.spark
-
-RECORDS = "spark.sql.execution.arrow.maxRecordsPerBatch"
-
 
 def counts(rows: int) -> pa.Table:
     return pa.table({"user": [f"u{i}" for i in range(rows)],
@@ -61,7 +58,7 @@ def test_an_empty_output_makes_an_empty_frame(spark: Any) -> None:
 
 
 def test_a_session_without_a_record_limit_still_makes_the_frame(spark: Any) -> None:
-    with session_settings(spark, {RECORDS: "0"}):
+    with session_settings(spark, {ARROW_RECORDS: "0"}):
         frame = driver_arrow_frame(spark, counts(300), COUNT_SCHEMA)
-        assert spark.conf.get(RECORDS) == "0"
+        assert spark.conf.get(ARROW_RECORDS) == "0"
     assert frame.count() == 300
