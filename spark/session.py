@@ -9,21 +9,33 @@ import logging
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from pyspark_dstl.core.errors import ConfigError
+
 ARROW_RECORDS = "spark.sql.execution.arrow.maxRecordsPerBatch"
+
+
+def arrow_record_limit(spark: Any) -> int:
+    """Spark's limit of rows per Arrow batch (maxRecordsPerBatch); 0 when there is none
+    (Spark reads 0 or less so), which PySpark's Python data sources and its
+    createDataFrame(<Arrow table>) both refuse."""
+    try:  # Spark knows the key and its default (it refuses a default given with get)
+        raw = str(spark.conf.get(ARROW_RECORDS)).strip()
+    except Exception:  # an older Spark without the key: Spark's default
+        return 10000
+    if not raw.lstrip("-").isdigit():
+        raise ConfigError(f"{ARROW_RECORDS}={raw!r}: expected a whole number of rows; set "
+                          "it to one (Spark's default is 10000)")
+    return max(int(raw), 0)
 
 
 def python_sources_allowed(spark: Any, what: str) -> bool:
     """PySpark's Python data sources refuse a maxRecordsPerBatch of 0 or less (no limit);
     without them, `what` is not available (a warning says so)."""
-    try:
-        value = int(str(spark.conf.get(ARROW_RECORDS)))
-    except (ValueError, Exception):  # an older Spark without the key: sources work
-        return True
-    if value > 0:
+    if arrow_record_limit(spark) > 0:
         return True
     logging.getLogger(__name__).warning(
         "%s=%s: %s are off for this query (PySpark's Python data sources need a positive "
-        "value)", ARROW_RECORDS, value, what)
+        "value)", ARROW_RECORDS, spark.conf.get(ARROW_RECORDS), what)
     return False
 
 

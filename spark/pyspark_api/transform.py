@@ -41,6 +41,7 @@ from pyspark_dstl.spark.pyspark_api.pyspark_rows import (
     tzinfo_of,
 )
 from pyspark_dstl.spark.pyspark_api.pyspark_state import CompatHandle, SchemaBook
+from pyspark_dstl.spark.session import arrow_record_limit
 from pyspark_dstl.spark.time.modes import time_mode_of
 from pyspark_dstl.spark.time.query_time import (
     EVENT_TIME_TYPES,
@@ -93,8 +94,8 @@ def plan_transform(df: Any, key_columns: Sequence[str], processor: Any, output_s
                      output_names=tuple(struct.names),
                      output_timestamps=output_timestamp_columns(struct),
                      initial_names=initial_names, initial_keys=initial_keys,
-                     max_records=_arrow_limit(df, "maxRecordsPerBatch", 10000),
-                     max_bytes=_arrow_limit(df, "maxBytesPerBatch", 0))
+                     max_records=arrow_record_limit(df.sparkSession),
+                     max_bytes=_arrow_byte_limit(df))
     schemas, variables = declared_schemas(processor, mode, entry)
     declarations = Declarations(_grouping_key_schema(df, key_columns), variables)
     adapter = PySparkProcessorAdapter(processor, shape, schemas, entry, declarations)
@@ -102,20 +103,15 @@ def plan_transform(df: Any, key_columns: Sequence[str], processor: Any, output_s
     return CompatPlan(adapter, struct, mode, initial)
 
 
-def _arrow_limit(df: Any, name: str, default: int) -> int:
-    """One of Spark's Arrow batch limits (spark.sql.execution.arrow.*); 0 for none."""
-    key = f"spark.sql.execution.arrow.{name}"
-    try:  # Spark knows both keys and their defaults (it refuses a default given with get)
+def _arrow_byte_limit(df: Any) -> int:
+    """Spark's limit of bytes per Arrow batch (spark.sql.execution.arrow.maxBytesPerBatch);
+    0 for none."""
+    key = "spark.sql.execution.arrow.maxBytesPerBatch"
+    try:  # Spark knows the key and its default (it refuses a default given with get)
         raw = str(df.sparkSession.conf.get(key)).strip()
     except Exception:  # an older Spark without the key
-        raw = str(default)
-    if raw.startswith("-"):
         return 0
-    if name == "maxBytesPerBatch":
-        return parse_size(raw, key)
-    if not raw.isdigit():
-        raise ConfigError(f"{key}: expected a number of rows, got {raw!r}")
-    return int(raw)
+    return 0 if raw.startswith("-") else parse_size(raw, key)
 
 
 def _check_processor(processor: Any) -> None:

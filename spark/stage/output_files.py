@@ -32,7 +32,12 @@ import pyarrow as pa
 from pyspark_dstl.backend.backend_settings import BackendSettings
 from pyspark_dstl.changelog.changelog_service import ChangelogService
 from pyspark_dstl.changelog.storage.base import md5_hex
-from pyspark_dstl.spark.session import ARROW_RECORDS, is_connect, session_settings
+from pyspark_dstl.spark.session import (
+    ARROW_RECORDS,
+    arrow_record_limit,
+    is_connect,
+    session_settings,
+)
 from pyspark_dstl.spark.spark_errors import OutputFileError
 from pyspark_dstl.spark.stage.worker_heap import freeze_imported_objects
 
@@ -253,8 +258,7 @@ def driver_arrow_frame(spark: Any, table: pa.Table, schema: Any) -> Any:
     settings = {}
     if table.num_rows and not is_connect(spark):  # Connect sends its own local relation
         settings[LOCAL_RELATION_THRESHOLD] = "0"
-    records = str(spark.conf.get(ARROW_RECORDS))
-    if not (records.lstrip("-").isdigit() and int(records) > 0):
+    if not arrow_record_limit(spark):
         settings[ARROW_RECORDS] = str(max(table.num_rows, 1))
     with session_settings(spark, settings):
         return spark.createDataFrame(table, schema=schema)
