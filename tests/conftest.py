@@ -15,12 +15,12 @@ from pyspark_dstl.changelog.storage.memory import MemoryStorage
 from pyspark_dstl.core.loop import EventLoopThread
 from tests.support import FaultProxy, MotoServer, S3Env, make_s3_env
 from tests.support.connect import ConnectServer
-from tests.support.jvm_archive import jvm_options_for_tests
+from tests.support.jvm_archive import jvm_options_for_tests, long_lived_jvm
 from tests.support.local_file_system import put_on_class_path
 
 # Every JVM started from here on takes the tests' JVM options (the client compiler, the serial
-# collector, the class archive if made: tests/support/jvm_archive.py); a value set outside is
-# kept.
+# collector, the class archive if made: tests/support/jvm_archive.py), the shared session's
+# with the optimizing compiler too (`long_lived_jvm`); a value set outside is kept.
 os.environ.setdefault("JDK_JAVA_OPTIONS", jvm_options_for_tests())
 # ... and Hadoop's local file system sets permissions without a process per file, if its class
 # was made (tests/support/local_file_system.py)
@@ -125,7 +125,8 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     from tests.support.spark import build_session
 
     local_dir = tmp_path_factory.mktemp("dstl-local")
-    session = build_session(extra={"spark.dstl.stateStore.localDir": str(local_dir)})
+    with long_lived_jvm():
+        session = build_session(extra={"spark.dstl.stateStore.localDir": str(local_dir)})
     yield session
     session.stop()
 
