@@ -14,19 +14,21 @@ from tests.support.jvm_archive import CLIENT_COMPILER_ONLY, jvm_options_for_test
 pytestmark = pytest.mark.spark
 
 
+@pytest.fixture(autouse=True)
+def _options_of_the_tests() -> None:
+    if os.environ.get("JDK_JAVA_OPTIONS") != jvm_options_for_tests():
+        pytest.skip("JDK_JAVA_OPTIONS was set outside the tests: it is kept as it is")
+
+
 def jvm_arguments(spark: Any) -> list[str]:
     bean = spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
     return [str(argument) for argument in bean.getInputArguments()]
 
 
 def test_the_shared_session_may_use_the_optimizing_compiler(spark: Any) -> None:
-    if os.environ.get("JDK_JAVA_OPTIONS") != jvm_options_for_tests():
-        pytest.skip("JDK_JAVA_OPTIONS was set outside the tests: it is kept as it is")
     assert "-XX:+UseSerialGC" in jvm_arguments(spark)
     assert CLIENT_COMPILER_ONLY not in jvm_arguments(spark)
 
 
 def test_other_test_jvms_keep_the_client_compiler_alone(spark: Any) -> None:
-    if os.environ.get("JDK_JAVA_OPTIONS") != jvm_options_for_tests():
-        pytest.skip("JDK_JAVA_OPTIONS was set outside the tests: it is kept as it is")
     assert CLIENT_COMPILER_ONLY in os.environ["JDK_JAVA_OPTIONS"].split()

@@ -17,6 +17,7 @@ warning off. Nothing a test checks depends on it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import subprocess
@@ -30,16 +31,17 @@ from tests.support.paths import JVM_CACHE, make_cached, spark_jars
 # Most of the tests' JVMs are short-lived (one per kill test, a benchmark's quick run, the
 # standalone daemons, the Connect server): the client compiler alone and the serial collector
 # about halve the CPU a JVM spends starting and warming up on 2 cores.
-TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 # The shared session of a test process lives for the whole run and its hundreds of batches:
 # there the optimizing compiler pays for its warm-up (the chained comparisons, one file, took
 # 17% less time with it).
 CLIENT_COMPILER_ONLY = "-XX:TieredStopAtLevel=1"
+TEST_JVM_OPTIONS = f"{CLIENT_COMPILER_ONLY} -XX:+UseSerialGC"
 KEPT = 4  # archives kept in the cache (about 190 MiB each)
 JAVA_OPTION_VARIABLES = ("JDK_JAVA_OPTIONS", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS")
 QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"  # a JVM the archive does not fit says nothing
 
 
+@functools.cache  # one `java -version` per process: conftest and each session's start ask
 def jvm_options_for_tests() -> str:
     """The options of every JVM a test starts: TEST_JVM_OPTIONS, and the class archive of
     this Java runtime and these Spark jars if it was made."""
