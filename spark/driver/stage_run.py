@@ -208,13 +208,31 @@ def _routing(key_columns: tuple[str, ...], n: int, key_groups: int,
 
 def never_pruned(frame: Any) -> Any:
     """`frame` as a plan Spark cannot prove empty. A chained stage reads the previous stage's
-    output, often a local relation, and Spark's optimizer replaces operators over an empty
-    local relation with an empty result (PropagateEmptyRelation): the stage's tasks would
-    never run, and a batch without rows must still commit every state partition (and evict
-    by the watermark). One more source that yields nothing keeps the plan."""
+    output, a local relation when that output is empty, and Spark's optimizer replaces
+    operators over an empty local relation with an empty result (PropagateEmptyRelation): the
+    stage's tasks would never run, and a batch without rows must still commit every state
+    partition (and evict by the watermark). Such a frame gets one more source that yields
+    nothing; any other frame is returned as it is, since that source is a Python task of its
+    own in every batch."""
+    if not provably_empty(frame):
+        return frame
     spark = frame.sparkSession
     nothing = spark.range(0, 1, 1, 1).mapInArrow(_no_rows, frame.schema)
     return frame.unionByName(nothing)
+
+
+def provably_empty(frame: Any) -> bool:
+    """Whether Spark's optimizer reduces `frame` to no rows (an empty local relation, or a
+    plan of at most 0 rows). On Spark Connect, whose frames hold no JVM plan to ask, every
+    frame counts as empty."""
+    query = getattr(frame, "_jdf", None)
+    if query is None:
+        return True
+    plan = query.queryExecution().optimizedPlan()
+    most = plan.maxRows()
+    if most.isDefined() and most.get() == 0:
+        return True
+    return bool(plan.getClass().getSimpleName() == "LocalRelation" and plan.data().isEmpty())
 
 
 def _no_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
