@@ -23,7 +23,7 @@ from pyspark_dstl.backend.lineage.store_commit import StoreCommit
 from pyspark_dstl.backend.rescale.key_groups import KEY_GROUPS
 from pyspark_dstl.spark.keys.key_grouping import GROUP_COLUMN, routing_longs
 from pyspark_dstl.spark.processors.processor import AnyProcessor
-from pyspark_dstl.spark.session import session_settings
+from pyspark_dstl.spark.session import is_connect, session_settings
 from pyspark_dstl.spark.spark_errors import CommitValidationError
 from pyspark_dstl.spark.stage.failures import stage_errors
 from pyspark_dstl.spark.stage.output_files import StagedOutput, driver_arrow_frame
@@ -225,10 +225,9 @@ def provably_empty(frame: Any) -> bool:
     """Whether Spark's optimizer reduces `frame` to no rows (an empty local relation, or a
     plan of at most 0 rows). On Spark Connect, whose frames hold no JVM plan to ask, every
     frame counts as empty."""
-    query = getattr(frame, "_jdf", None)
-    if query is None:
+    if is_connect(frame.sparkSession):
         return True
-    plan = query.queryExecution().optimizedPlan()
+    plan = frame._jdf.queryExecution().optimizedPlan()
     most = plan.maxRows()
     if most.isDefined() and most.get() == 0:
         return True
