@@ -110,6 +110,14 @@ INPUT_SCHEMA = "user string, v long"
 COUNT_SCHEMA = "user string, count long"
 
 
+def count_table(rows: int) -> Any:
+    """`rows` rows of COUNT_SCHEMA as an Arrow table (users u0, u1, ... counted 0, 1, ...)."""
+    import pyarrow as pa
+
+    return pa.table({"user": [f"u{i}" for i in range(rows)],
+                     "count": pa.array(range(rows), pa.int64())})
+
+
 def make_batches(count: int, rows: int, keys: int, seed: int = 0) -> list[Any]:
     """`count` pandas frames of `rows` rows over `keys` string keys."""
     import numpy as np

@@ -14,17 +14,12 @@ from pyspark.sql import functions as F
 from pyspark_dstl.backend.rescale.key_groups import KEY_GROUPS
 from pyspark_dstl.spark.driver.stage_run import never_pruned, provably_empty, routed
 from pyspark_dstl.spark.stage.output_files import driver_arrow_frame
-from tests.support.spark import COUNT_SCHEMA
+from tests.support.spark import COUNT_SCHEMA, count_table
 
 pytestmark = pytest.mark.spark
 
 PARTITIONS = 3
 TASKS_SCHEMA = "partition int"
-
-
-def counts(rows: int) -> pa.Table:
-    return pa.table({"user": [f"u{i}" for i in range(rows)],
-                     "count": pa.array(range(rows), pa.int64())})
 
 
 def one_row_per_task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -45,25 +40,25 @@ def tasks_run(frame: Any) -> list[int]:
 
 
 def test_spark_runs_no_task_over_an_empty_output_left_as_it_is(spark: Any) -> None:
-    empty = driver_arrow_frame(spark, counts(0), COUNT_SCHEMA)
+    empty = driver_arrow_frame(spark, count_table(0), COUNT_SCHEMA)
     assert provably_empty(empty)
     assert tasks_run(empty) == []
 
 
 def test_an_empty_output_still_runs_a_task_in_every_partition(spark: Any) -> None:
-    empty = driver_arrow_frame(spark, counts(0), COUNT_SCHEMA)
+    empty = driver_arrow_frame(spark, count_table(0), COUNT_SCHEMA)
     assert tasks_run(never_pruned(empty)) == list(range(PARTITIONS))
 
 
 def test_steps_the_optimizer_folds_to_no_rows_still_run_a_task_in_every_partition(
         spark: Any) -> None:
-    folded = driver_arrow_frame(spark, counts(5), COUNT_SCHEMA).where(F.lit(False))
+    folded = driver_arrow_frame(spark, count_table(5), COUNT_SCHEMA).where(F.lit(False))
     assert provably_empty(folded)
     assert tasks_run(never_pruned(folded)) == list(range(PARTITIONS))
 
 
 def test_an_output_with_rows_is_routed_as_it_is(spark: Any) -> None:
-    frame = driver_arrow_frame(spark, counts(5), COUNT_SCHEMA).where(F.col("count") > 100)
+    frame = driver_arrow_frame(spark, count_table(5), COUNT_SCHEMA).where(F.col("count") > 100)
     assert not provably_empty(frame)
     assert never_pruned(frame) is frame
     assert tasks_run(frame) == list(range(PARTITIONS))
